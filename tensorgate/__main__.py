@@ -1,0 +1,5 @@
+import sys
+
+from tensorgate.cli.main import main
+
+sys.exit(main())

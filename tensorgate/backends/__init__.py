@@ -1,0 +1,1 @@
+"""Model runtimes behind one Backend protocol: onnxruntime, python classes, causal LMs."""

@@ -1,0 +1,64 @@
+"""The Backend protocol: one loaded model on one device, executing batches.
+
+A backend never sees HTTP, queues or threads. The instance that owns it calls ``load`` once,
+``execute`` for each batch (one at a time, from one thread), and ``close`` at shutdown.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tensorgate.config.model_config import ModelConfig
+from tensorgate.types import Array, TensorSpec
+
+DeviceKind = Literal["cpu", "gpu", "npu"]
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    kind: DeviceKind = "cpu"
+    index: int = 0
+
+    def __str__(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"{self.kind}:{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """Everything a backend needs to load one model version on one device."""
+
+    model: str
+    version: int
+    artifact: Path
+    directory: Path
+    config: ModelConfig
+    device: Device
+
+
+class Backend(abc.ABC):
+    """A model runtime behind one interface. Implementations live one per module in ``backends/``."""
+
+    platform: str = "unknown"
+
+    @abc.abstractmethod
+    def load(self, spec: LoadSpec) -> None:
+        """Load the model (once per instance, at startup, never per request). Raises ModelLoadError."""
+
+    @abc.abstractmethod
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        """The input specs as the model declares them (batch dimension included, -1 when dynamic)."""
+
+    @abc.abstractmethod
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        """The output specs, like ``inputs``."""
+
+    @abc.abstractmethod
+    def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        """Run one batch. Called from one thread at a time; may block; raises on model failure."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends have nothing to free
+        """Free the model. Called once, after the last ``execute``."""

@@ -1,0 +1,82 @@
+"""``backend: python``: a :class:`PythonModel` subclass loaded from ``<version>/model.py``."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from collections.abc import Mapping
+
+import numpy as np
+
+from tensorgate.backends.base import Backend, LoadSpec
+from tensorgate.backends.python_model import ModelContext, PythonModel
+from tensorgate.config.model_config import TensorConfig
+from tensorgate.errors import ModelLoadError
+from tensorgate.types import Array, DataType, TensorSpec
+
+
+def _specs(tensors: list[TensorConfig] | None, what: str, spec: LoadSpec) -> tuple[TensorSpec, ...]:
+    if not tensors:
+        raise ModelLoadError(f"a Python model declares its {what} in config.yaml; {spec.model} has none")
+    try:
+        return tuple(TensorSpec(t.name, DataType.parse(t.datatype), tuple(t.shape)) for t in tensors)
+    except ValueError as exc:
+        raise ModelLoadError(f"config.yaml {what}: {exc}") from exc
+
+
+class PythonBackend(Backend):
+    platform = "python"
+
+    def __init__(self) -> None:
+        self._model: PythonModel | None = None
+        self._inputs: tuple[TensorSpec, ...] = ()
+        self._outputs: tuple[TensorSpec, ...] = ()
+
+    def load(self, spec: LoadSpec) -> None:
+        self._inputs = _specs(spec.config.inputs, "inputs", spec)
+        self._outputs = _specs(spec.config.outputs, "outputs", spec)
+        module_name = f"tensorgate_user_model_{spec.model.replace('.', '_').replace('-', '_')}_{spec.version}"
+        loader_spec = importlib.util.spec_from_file_location(module_name, spec.artifact)
+        if loader_spec is None or loader_spec.loader is None:
+            raise ModelLoadError(f"cannot import {spec.artifact.name}")
+        module = importlib.util.module_from_spec(loader_spec)
+        try:
+            sys.modules[module_name] = module
+            loader_spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(module_name, None)
+            raise ModelLoadError(f"model.py raised on import: {type(exc).__name__}: {exc}") from exc
+        classes = [
+            obj for obj in vars(module).values()
+            if inspect.isclass(obj) and issubclass(obj, PythonModel) and obj is not PythonModel
+            and obj.__module__ == module_name
+        ]
+        if len(classes) != 1:
+            raise ModelLoadError(f"model.py must define exactly one tensorgate.PythonModel subclass, found {len(classes)}")
+        model = classes[0]()
+        context = ModelContext(
+            name=spec.model, version=spec.version, directory=spec.directory,
+            device=str(spec.device), parameters=dict(spec.config.parameters),
+        )
+        try:
+            model.load(context)
+        except Exception as exc:
+            raise ModelLoadError(f"{classes[0].__name__}.load raised {type(exc).__name__}: {exc}") from exc
+        self._model = model
+
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self._inputs
+
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self._outputs
+
+    def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        assert self._model is not None, "execute before load"
+        results = self._model.execute(inputs)
+        return {name: np.asarray(value) for name, value in results.items()}
+
+    def close(self) -> None:
+        if self._model is not None:
+            self._model.unload()
+            self._model = None

@@ -1,0 +1,24 @@
+"""The ``tensorgate`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tensorgate.cli import serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tensorgate", description="A production inference server.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve_parser = commands.add_parser("serve", help="serve a model repository over HTTP and gRPC")
+    serve.add_arguments(serve_parser)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return serve.run(args)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""``tensorgate serve``: flags override the config file, the file overrides defaults."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from tensorgate.config.loading import read_yaml, validate
+from tensorgate.config.server_config import ServerConfig
+from tensorgate.errors import ConfigError
+from tensorgate.observability.logging import configure_logging
+
+_FLAG_KEYS = {
+    "model_repository": "model_repository",
+    "host": "host",
+    "http_port": "http_port",
+    "grpc_port": "grpc_port",
+    "metrics_port": "metrics_port",
+    "log_level": "log_level",
+    "log_format": "log_format",
+    "ports_file": "ports_file",
+    "drain_delay": "drain_delay_s",
+    "exit_timeout": "exit_timeout_s",
+    "max_body_bytes": "max_body_bytes",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="a YAML server config (server: ..., models: [...])")
+    parser.add_argument("--model-repository", type=Path, help="a model repository directory")
+    parser.add_argument("--host", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--http-port", type=int, help="HTTP port (default 8080; 0 picks a free port)")
+    parser.add_argument("--grpc-port", type=int, help="gRPC port (default 8081)")
+    parser.add_argument("--metrics-port", type=int, help="Prometheus metrics port (default 8082)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", choices=["json", "text"])
+    parser.add_argument("--ports-file", type=Path, help="write the bound ports here as JSON once listening")
+    parser.add_argument("--drain-delay", type=float, help="seconds to keep serving after SIGTERM")
+    parser.add_argument("--exit-timeout", type=float, help="seconds to finish in-flight requests on shutdown")
+    parser.add_argument("--max-body-bytes", type=int, help="largest accepted request body (default 64 MiB)")
+
+
+def build_config(args: argparse.Namespace) -> tuple[ServerConfig, Path, str]:
+    data: dict[str, Any] = {}
+    source = "command line"
+    base_dir = Path.cwd()
+    if args.config is not None:
+        raw = read_yaml(args.config)
+        if raw is not None and not isinstance(raw, dict):
+            raise ConfigError(f"{args.config}: expected a mapping at the top level")
+        data = dict(raw or {})
+        source = str(args.config)
+        base_dir = args.config.resolve().parent
+    server = dict(data.get("server") or {})
+    for flag, key in _FLAG_KEYS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            server[key] = value
+    data["server"] = server
+    config = validate(ServerConfig, data, source)
+    repo = config.server.model_repository
+    if repo is not None and not repo.is_absolute():
+        repo = (base_dir / repo) if args.config is not None and args.model_repository is None else repo.resolve()
+        config = config.model_copy(update={"server": config.server.model_copy(update={"model_repository": repo})})
+    if repo is not None and not repo.is_dir():
+        raise ConfigError(f"{source}: key 'server.model_repository': {repo} is not a directory")
+    return config, base_dir, source
+
+
+def run(args: argparse.Namespace) -> int:
+    from tensorgate.server import Server
+
+    try:
+        config, base_dir, source = build_config(args)
+    except ConfigError as exc:
+        print(f"tensorgate: configuration error: {exc}", file=sys.stderr)
+        return 2
+    section = config.server
+    configure_logging(section.log_level, section.log_format, section.access_log)
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+        runner = asyncio.run
+    server = Server(config, config_dir=base_dir, config_source=source)
+    try:
+        runner(server.serve())
+    except ConfigError as exc:
+        print(f"tensorgate: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"tensorgate: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0

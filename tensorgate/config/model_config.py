@@ -1,0 +1,110 @@
+"""Per-model configuration: the schema of ``<repo>/<model>/config.yaml``.
+
+Inert data validated by pydantic. Field names follow Triton's model configuration where one exists,
+so operators can carry their habits over.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# When a model can batch and its config says nothing, a request may carry up to this many rows.
+DEFAULT_MAX_BATCH_SIZE = 8
+# Rule: every queue is bounded. Triton's default (0) means unbounded; ours is finite.
+DEFAULT_MAX_QUEUE_SIZE = 1024
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TensorConfig(Strict):
+    name: str
+    datatype: str
+    shape: list[int]
+
+    @field_validator("shape")
+    @classmethod
+    def _dims(cls, shape: list[int]) -> list[int]:
+        if any(d < -1 for d in shape):
+            raise ValueError("dimensions are positive integers, or -1 for a dynamic dimension")
+        return shape
+
+
+class DynamicBatching(Strict):
+    max_batch_size: int | None = Field(default=None, ge=1)
+    max_queue_delay_ms: float = Field(default=5.0, ge=0)
+    preferred_batch_sizes: list[int] = Field(default_factory=list)
+    priority_levels: int = Field(default=1, ge=1, le=16)
+    default_priority: int | None = Field(default=None, ge=1)
+    max_queue_size: int = Field(default=DEFAULT_MAX_QUEUE_SIZE, ge=1)
+    default_timeout_ms: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _levels(self) -> DynamicBatching:
+        if self.default_priority is not None and self.default_priority > self.priority_levels:
+            raise ValueError(
+                f"default_priority {self.default_priority} is above priority_levels {self.priority_levels}"
+            )
+        if any(size < 1 for size in self.preferred_batch_sizes):
+            raise ValueError("preferred_batch_sizes must be positive")
+        return self
+
+
+class InstanceGroup(Strict):
+    count: int = Field(default=1, ge=1, le=64)
+    kind: Literal["cpu", "gpu", "npu"] = "cpu"
+    devices: list[int] = Field(default_factory=list)
+    isolation: Literal["thread", "process"] = "thread"
+
+
+class WarmupSample(Strict):
+    name: str = "warmup"
+    inputs: Literal["zeros", "random", "file"] = "zeros"
+    file: str | None = None
+    batch_size: int = Field(default=1, ge=1)
+    count: int = Field(default=1, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _file(self) -> WarmupSample:
+        if self.inputs == "file" and not self.file:
+            raise ValueError("inputs: file needs a 'file' key naming a JSON file beside config.yaml")
+        return self
+
+
+class VersionPolicy(Strict):
+    latest: int | None = Field(default=None, ge=1)
+    all: bool = False
+    specific: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> VersionPolicy:
+        chosen = sum([self.latest is not None, self.all, self.specific is not None])
+        if chosen > 1:
+            raise ValueError("choose one of latest, all, specific")
+        if self.specific is not None and any(v < 1 for v in self.specific):
+            raise ValueError("versions are positive integers")
+        return self
+
+
+class OnnxRuntimeOptions(Strict):
+    intra_op_threads: int = Field(default=0, ge=0)
+    inter_op_threads: int = Field(default=0, ge=0)
+
+
+class ModelConfig(Strict):
+    """Everything optional: an ONNX model directory with no config.yaml serves with these defaults."""
+
+    name: str | None = None
+    backend: Literal["onnxruntime", "python", "llm"] | None = None
+    max_batch_size: int | None = Field(default=None, ge=0)
+    inputs: list[TensorConfig] | None = None
+    outputs: list[TensorConfig] | None = None
+    dynamic_batching: DynamicBatching | None = None
+    instance_group: list[InstanceGroup] = Field(default_factory=lambda: [InstanceGroup()])
+    warmup: list[WarmupSample] = Field(default_factory=list)
+    version_policy: VersionPolicy = Field(default_factory=VersionPolicy)
+    onnxruntime: OnnxRuntimeOptions = Field(default_factory=OnnxRuntimeOptions)
+    parameters: dict[str, str | int | float | bool] = Field(default_factory=dict)

@@ -1,0 +1,71 @@
+"""Server configuration: inert data. The :class:`~tensorgate.server.Server` owns runtime state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tensorgate.config.model_config import DynamicBatching, Strict
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class ServerSection(Strict):
+    host: str = "127.0.0.1"
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    grpc_port: int | None = Field(default=8081, ge=0, le=65535)
+    metrics_port: int | None = Field(default=8082, ge=0, le=65535)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = "json"
+    access_log: bool = True
+    model_repository: Path | None = None
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
+    max_json_depth: int = Field(default=100, ge=2, le=1000)
+    max_elements: int = Field(default=1 << 28, ge=1)
+    drain_delay_s: float = Field(default=0.0, ge=0)
+    exit_timeout_s: float = Field(default=30.0, ge=0)
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    keep_alive_s: float = Field(default=75.0, gt=0)
+    # Port 0 asks the OS for a free port; the chosen ports are written here when given, so a
+    # supervisor (or a test) can find them.
+    ports_file: Path | None = None
+
+
+class FlatDynamicBatching(Strict):
+    """``dynamic_batching`` as the single-file form writes it (``max_delay_ms``)."""
+
+    max_batch_size: int = Field(default=8, ge=1)
+    max_delay_ms: float = Field(default=5.0, ge=0)
+    preferred_batch_sizes: list[int] = Field(default_factory=list)
+    max_queue_size: int | None = Field(default=None, ge=1)
+
+    def to_dynamic_batching(self) -> DynamicBatching:
+        extra = {} if self.max_queue_size is None else {"max_queue_size": self.max_queue_size}
+        return DynamicBatching(
+            max_batch_size=self.max_batch_size,
+            max_queue_delay_ms=self.max_delay_ms,
+            preferred_batch_sizes=self.preferred_batch_sizes,
+            **extra,
+        )
+
+
+class FlatModelEntry(Strict):
+    """One model in the single-file form operators write for NPU inference servers."""
+
+    name: str
+    version: int = Field(default=1, ge=1)
+    model_path: Path
+    input_shape: list[int] | None = None
+    dynamic_batching: FlatDynamicBatching | None = None
+    device_id: int | None = Field(default=None, ge=0)
+    device: Literal["cpu", "gpu", "npu"] = "cpu"
+    backend: Literal["onnxruntime", "python", "llm"] | None = None
+
+
+class ServerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    server: ServerSection = Field(default_factory=ServerSection)
+    models: list[FlatModelEntry] = Field(default_factory=list)

@@ -1,0 +1,140 @@
+"""Build the example models with ``onnx.helper`` and a fixed seed, so every machine gets the same bytes.
+
+- ``mlp``: a tabular classifier, ``features`` FP32 [-1, 16] -> ``probabilities`` FP32 [-1, 3].
+- ``cnn``: a small image classifier, ``image`` FP32 [-1, 3, 32, 32] -> ``probabilities`` FP32 [-1, 10].
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+SEED = 7
+OPSET = 17
+
+MLP_CONFIG = """\
+# A tabular classifier: 16 features -> 3 class probabilities.
+max_batch_size: 64
+dynamic_batching:
+  max_queue_delay_ms: 2
+  max_queue_size: 1024
+instance_group:
+  - count: 1
+    kind: cpu
+warmup:
+  - name: zeros
+    inputs: zeros
+    batch_size: 1
+    count: 2
+"""
+
+CNN_CONFIG = """\
+# A small image classifier: 3x32x32 images -> 10 class probabilities.
+max_batch_size: 16
+dynamic_batching:
+  max_queue_delay_ms: 5
+instance_group:
+  - count: 1
+    kind: cpu
+warmup:
+  - name: random
+    inputs: random
+    batch_size: 4
+    count: 2
+"""
+
+
+def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+    values = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+    return numpy_helper.from_array(values, name)
+
+
+def mlp_model(in_features: int = 16, hidden: int = 64, classes: int = 3, seed: int = SEED) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    inits = [
+        _init(rng, "w1", (in_features, hidden)), _init(rng, "b1", (hidden,)),
+        _init(rng, "w2", (hidden, classes)), _init(rng, "b2", (classes,)),
+    ]
+    nodes = [
+        helper.make_node("Gemm", ["features", "w1", "b1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["a1"]),
+        helper.make_node("Gemm", ["a1", "w2", "b2"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "mlp",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", in_features])],
+        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["batch", classes])],
+        inits,
+    )
+    return _finish(graph)
+
+
+def cnn_model(size: int = 32, classes: int = 10, seed: int = SEED) -> onnx.ModelProto:
+    rng = np.random.default_rng(seed)
+    inits = [
+        _init(rng, "c1w", (8, 3, 3, 3)), _init(rng, "c1b", (8,)),
+        _init(rng, "c2w", (16, 8, 3, 3)), _init(rng, "c2b", (16,)),
+        _init(rng, "fw", (16, classes)), _init(rng, "fb", (classes,)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "c1w", "c1b"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "c2w", "c2b"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["flat"], axis=1),
+        helper.make_node("Gemm", ["flat", "fw", "fb"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "cnn",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, size, size])],
+        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["batch", classes])],
+        inits,
+    )
+    return _finish(graph)
+
+
+def _finish(graph: onnx.GraphProto) -> onnx.ModelProto:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tensorgate")
+    model.ir_version = 8  # readable by every onnxruntime we support
+    onnx.checker.check_model(model)
+    return model
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
+
+
+def build_example_repository(root: Path) -> Path:
+    """Write the example repository under ``root`` (idempotent; safe when two servers race)."""
+    files = {
+        root / "mlp" / "config.yaml": MLP_CONFIG.encode(),
+        root / "mlp" / "1" / "model.onnx": mlp_model().SerializeToString(),
+        root / "cnn" / "config.yaml": CNN_CONFIG.encode(),
+        root / "cnn" / "1" / "model.onnx": cnn_model().SerializeToString(),
+    }
+    for path, data in files.items():
+        if not path.exists() or path.read_bytes() != data:
+            _write_atomic(path, data)
+    return root
+
+
+def default_example_repository() -> Path:
+    """The examples in the user's cache directory, keyed by a digest of this file's generator."""
+    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return build_example_repository(base / "tensorgate" / f"examples-{digest}")

@@ -1,0 +1,1 @@
+"""ModelManager (load, warm up, ready, drain, unload), ModelRouter and the InferenceService."""

@@ -1,0 +1,140 @@
+"""ModelManager: load, warm up, mark ready, drain and unload model versions.
+
+States of a version: LOADING -> WARMING -> READY -> DRAINING -> UNLOADED, or FAILED with a reason.
+Only READY versions take traffic. A version that fails to load is FAILED alone: other versions
+and models keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from tensorgate.backends.base import LoadSpec
+from tensorgate.clock import Clock
+from tensorgate.config.model_config import DynamicBatching
+from tensorgate.errors import ModelLoadError
+from tensorgate.instances.base import Instance
+from tensorgate.instances.factory import create_instance, placements
+from tensorgate.instances.pool import InstancePool
+from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
+from tensorgate.models.specs import resolve_specs
+from tensorgate.models.warmup import warm_up
+from tensorgate.observability.metrics import Metrics
+from tensorgate.repository.source import ModelSource, VersionSource
+from tensorgate.scheduling.scheduler import QueueSettings
+
+log = logging.getLogger(__name__)
+
+_PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "python": "python", "llm": "pytorch_causal_lm"}
+
+
+@dataclass(slots=True)
+class ModelEntry:
+    source: ModelSource
+    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    statuses: dict[int, VersionStatus] = field(default_factory=dict)
+    problem: str = ""
+
+    def ready_versions(self) -> list[ModelVersion]:
+        return sorted((v for v in self.versions.values() if v.ready), key=lambda v: v.version)
+
+
+def _queue_settings(db: DynamicBatching | None) -> QueueSettings:
+    db = db or DynamicBatching()
+    return QueueSettings(
+        priority_levels=db.priority_levels,
+        default_priority=db.default_priority,
+        max_queue_size=db.max_queue_size,
+        default_timeout_s=None if db.default_timeout_ms is None else db.default_timeout_ms / 1000.0,
+    )
+
+
+class ModelManager:
+    def __init__(self, clock: Clock, metrics: Metrics) -> None:
+        self._clock = clock
+        self._metrics = metrics
+        self.models: dict[str, ModelEntry] = {}
+
+    async def load_all(self, sources: list[ModelSource]) -> None:
+        for source in sources:
+            self.models[source.name] = ModelEntry(source)
+        await asyncio.gather(*(self._load_model(self.models[s.name]) for s in sources))
+
+    async def _load_model(self, entry: ModelEntry) -> None:
+        source = entry.source
+        if source.problems:
+            entry.problem = "; ".join(source.problems)
+            log.error("model %s cannot be loaded: %s", source.name, entry.problem)
+            return
+        for vsource in source.versions:
+            entry.statuses[vsource.version] = VersionStatus(source.name, vsource.version, VersionState.LOADING)
+        for vsource in source.versions:
+            await self._load_version(entry, vsource)
+
+    async def _load_version(self, entry: ModelEntry, vsource: VersionSource) -> None:
+        source = entry.source
+        name, version = source.name, vsource.version
+        status = entry.statuses[version]
+        started = self._clock.now()
+        instances: list[Instance] = []
+        try:
+            for index, (device, isolation) in enumerate(placements(source.config.instance_group, source.device_id)):
+                spec = LoadSpec(name, version, vsource.artifact, vsource.directory, source.config, device)
+                instance = create_instance(f"{name}_{version}_{index}", source.backend, spec, isolation)
+                instances.append(instance)
+                await instance.start()
+            first = instances[0]
+            specs = resolve_specs(
+                name, first.input_specs(), first.output_specs(), source.config, source.request_input_shape
+            )
+            vmetrics = self._metrics.for_version(name, version)
+            vmetrics.metrics.load_seconds.labels(name, str(version)).observe(self._clock.now() - started)
+            model_version = ModelVersion(
+                name, version, _PLATFORMS.get(source.backend, source.backend), specs, InstancePool(instances),
+                _queue_settings(source.config.dynamic_batching), self._clock, vmetrics,
+            )
+            status.state = VersionState.WARMING
+            warm_started = self._clock.now()
+            await asyncio.gather(*(
+                warm_up(i, source.config.warmup, specs.inputs, specs.max_batch_size > 0, vsource.directory)
+                for i in instances
+            ))
+            vmetrics.metrics.warmup_seconds.labels(name, str(version)).observe(self._clock.now() - warm_started)
+        except ModelLoadError as exc:
+            status.state, status.reason = VersionState.FAILED, str(exc)
+            log.error("model %s version %d failed to load: %s", name, version, exc)
+            await _close_all(instances)
+            return
+        except Exception as exc:  # a backend bug must fail this version, not the server
+            status.state, status.reason = VersionState.FAILED, f"{type(exc).__name__}: {exc}"
+            log.exception("model %s version %d failed to load", name, version)
+            await _close_all(instances)
+            return
+        for instance in instances:
+            vmetrics.instance_health(instance.name, True)
+        model_version.state = VersionState.READY
+        status.state = VersionState.READY
+        entry.versions[version] = model_version
+        vmetrics.metrics.model_ready.labels(name, str(version)).set(1)
+        log.info(
+            "model %s version %d is READY (%d instance(s), max batch %d, %.0f ms)",
+            name, version, len(instances), specs.max_batch_size, (self._clock.now() - started) * 1000,
+        )
+
+    def all_ready(self) -> bool:
+        """Every model that should serve has at least one READY version with a healthy instance."""
+        return all(entry.ready_versions() for entry in self.models.values())
+
+    async def aclose(self, drain_timeout_s: float) -> None:
+        versions = [v for entry in self.models.values() for v in entry.versions.values()]
+        await asyncio.gather(*(v.aclose(drain_timeout_s) for v in versions))
+
+
+async def _close_all(instances: list[Instance]) -> None:
+    for instance in instances:
+        try:
+            await instance.aclose()
+        except Exception:
+            log.exception("closing instance %s after a failed load", instance.name)

@@ -1,0 +1,102 @@
+"""One loaded version of a model: its state, its specs, its instances and its scheduler."""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+
+from tensorgate.clock import Clock
+from tensorgate.errors import InvalidInput, TensorgateError, Unavailable
+from tensorgate.instances.pool import InstancePool
+from tensorgate.models.specs import ResolvedSpecs
+from tensorgate.models.validation import validate_inputs, validate_outputs
+from tensorgate.observability.metrics import VersionMetrics
+from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
+from tensorgate.types import InferRequest, InferResponse, ModelMetadata
+
+log = logging.getLogger(__name__)
+
+
+class VersionState(enum.Enum):
+    LOADING = "LOADING"
+    WARMING = "WARMING"
+    READY = "READY"
+    DRAINING = "DRAINING"
+    UNLOADED = "UNLOADED"
+    FAILED = "FAILED"
+
+
+@dataclass(slots=True)
+class VersionStatus:
+    """What the repository index reports for a version, loaded or not."""
+
+    name: str
+    version: int
+    state: VersionState
+    reason: str = ""
+
+
+class ModelVersion:
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        platform: str,
+        specs: ResolvedSpecs,
+        pool: InstancePool,
+        queue: QueueSettings,
+        clock: Clock,
+        metrics: VersionMetrics,
+    ) -> None:
+        self.name = name
+        self.version = version
+        self.platform = platform
+        self.specs = specs
+        self.pool = pool
+        self.state = VersionState.WARMING
+        self.metrics = metrics
+        self.scheduler = Scheduler(name, version, pool, specs.batch, queue, clock, metrics)
+
+    @property
+    def ready(self) -> bool:
+        return self.state is VersionState.READY and self.pool.healthy_count() > 0
+
+    def metadata(self, versions: tuple[int, ...]) -> ModelMetadata:
+        return ModelMetadata(
+            name=self.name,
+            versions=versions,
+            platform=self.platform,
+            inputs=self.specs.inputs,
+            outputs=self.specs.outputs,
+            max_batch_size=self.specs.max_batch_size,
+        )
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if not self.ready:
+            raise Unavailable(
+                f"model '{self.name}' version {self.version} is not ready ({self.state.value})", retry_after_s=1.0
+            )
+        try:
+            rows, key = validate_inputs(self.name, request.inputs, self.specs.inputs, self.specs.max_batch_size)
+            validate_outputs(self.name, request.outputs, self.specs.outputs)
+        except InvalidInput:
+            self.metrics.outcome("invalid")
+            raise
+        return await self.scheduler.submit(request, rows, key)
+
+    def count_failure(self, error: TensorgateError) -> None:
+        """Count a request that failed before reaching the scheduler (bad body for a known model)."""
+        self.metrics.outcome(error.outcome)
+
+    async def aclose(self, drain_timeout_s: float) -> None:
+        self.state = VersionState.DRAINING
+        await self.scheduler.drain(drain_timeout_s)
+        await self.scheduler.aclose()
+        for instance in self.pool.instances:
+            try:
+                await instance.aclose()
+            except Exception:
+                log.exception("closing instance %s failed", instance.name)
+        self.state = VersionState.UNLOADED
+        self.metrics.metrics.model_ready.labels(self.name, str(self.version)).set(0)

@@ -1,0 +1,54 @@
+"""ModelRouter: a model name and an optional version -> the one ModelVersion that serves it."""
+
+from __future__ import annotations
+
+from tensorgate.errors import NotFound, Unavailable
+from tensorgate.models.manager import ModelEntry, ModelManager
+from tensorgate.models.model_version import ModelVersion
+from tensorgate.repository.names import check_model_name
+
+
+class ModelRouter:
+    def __init__(self, manager: ModelManager) -> None:
+        self._manager = manager
+
+    def entry(self, name: str) -> ModelEntry:
+        check_model_name(name)
+        entry = self._manager.models.get(name)
+        if entry is None:
+            raise NotFound(f"unknown model '{name}'")
+        return entry
+
+    def loaded(self, name: str, version: int | None) -> ModelVersion:
+        """A loaded version for metadata and statistics (ready or not)."""
+        entry = self.entry(name)
+        if version is not None:
+            found = entry.versions.get(version)
+            if found is None:
+                raise NotFound(f"unknown version {version} of model '{name}'")
+            return found
+        ready = entry.ready_versions()
+        if ready:
+            return ready[-1]
+        if entry.versions:
+            return entry.versions[max(entry.versions)]
+        reason = entry.problem or "; ".join(s.reason for s in entry.statuses.values() if s.reason)
+        raise Unavailable(f"model '{name}' has no loaded version" + (f": {reason}" if reason else ""))
+
+    def route(self, name: str, version: int | None) -> ModelVersion:
+        """The version that takes this request: the one asked for, or the latest READY one."""
+        entry = self.entry(name)
+        if version is not None:
+            found = entry.versions.get(version)
+            if found is None:
+                if version in entry.statuses:
+                    raise Unavailable(
+                        f"model '{name}' version {version} is not available ({entry.statuses[version].state.value})",
+                        retry_after_s=1.0,
+                    )
+                raise NotFound(f"unknown version {version} of model '{name}'")
+            return found
+        ready = entry.ready_versions()
+        if not ready:
+            raise Unavailable(f"model '{name}' has no ready version", retry_after_s=1.0)
+        return ready[-1]

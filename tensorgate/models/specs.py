@@ -1,0 +1,111 @@
+"""Reconciling what a model declares with what its configuration says.
+
+The model's own signature is the truth; ``config.yaml`` may narrow it (a fixed dimension where the
+model is dynamic) but never contradict it. Whether requests can share a batch follows from the
+model: a dynamic leading dimension on every input and output makes it batchable; a fixed one means
+one request per call, whatever the configuration asks (with a warning, not a rejection).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from tensorgate.config.model_config import DEFAULT_MAX_BATCH_SIZE, ModelConfig, TensorConfig
+from tensorgate.errors import ModelLoadError
+from tensorgate.scheduling.batch_policy import BatchSettings
+from tensorgate.types import DataType, TensorSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedSpecs:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_batch_size: int  # 0: no batch axis
+    batch: BatchSettings
+
+
+def _narrow(model_spec: TensorSpec, declared: TensorConfig, where: str) -> TensorSpec:
+    try:
+        datatype = DataType.parse(declared.datatype)
+    except ValueError as exc:
+        raise ModelLoadError(f"{where}: {exc}") from exc
+    if datatype is not model_spec.datatype:
+        raise ModelLoadError(
+            f"{where}: datatype {datatype.value} contradicts the model, which declares {model_spec.datatype.value}"
+        )
+    return TensorSpec(model_spec.name, datatype, _merge_shape(model_spec.shape, tuple(declared.shape), where))
+
+
+def _merge_shape(model: tuple[int, ...], declared: tuple[int, ...], where: str) -> tuple[int, ...]:
+    if model and len(model) != len(declared):
+        raise ModelLoadError(f"{where}: shape {list(declared)} has rank {len(declared)}, the model has {list(model)}")
+    if not model:
+        return declared
+    merged = []
+    for have, want in zip(model, declared, strict=True):
+        if have != -1 and want != -1 and have != want:
+            raise ModelLoadError(f"{where}: shape {list(declared)} contradicts the model's {list(model)}")
+        merged.append(want if have == -1 else have)
+    return tuple(merged)
+
+
+def _apply(
+    model_specs: tuple[TensorSpec, ...], declared: list[TensorConfig] | None, what: str
+) -> tuple[TensorSpec, ...]:
+    if not declared:
+        return model_specs
+    by_name = {s.name: s for s in model_specs}
+    unknown = [t.name for t in declared if t.name not in by_name]
+    if unknown:
+        raise ModelLoadError(f"config.yaml {what} {unknown} are not in the model, which has {sorted(by_name)}")
+    narrowed = {t.name: _narrow(by_name[t.name], t, f"config.yaml {what} '{t.name}'") for t in declared}
+    return tuple(narrowed.get(s.name, s) for s in model_specs)
+
+
+def resolve_specs(
+    model: str,
+    model_inputs: tuple[TensorSpec, ...],
+    model_outputs: tuple[TensorSpec, ...],
+    config: ModelConfig,
+    request_input_shape: tuple[int, ...] | None = None,
+) -> ResolvedSpecs:
+    inputs = _apply(model_inputs, config.inputs, "inputs")
+    outputs = _apply(model_outputs, config.outputs, "outputs")
+
+    batchable = all(s.shape and s.shape[0] == -1 for s in inputs + outputs) and bool(inputs)
+    asked = config.max_batch_size
+    if asked is None and config.dynamic_batching is not None:
+        asked = config.dynamic_batching.max_batch_size
+    if not batchable:
+        if config.dynamic_batching is not None or (asked or 0) > 0:
+            log.warning(
+                "model %s has a fixed batch dimension, so requests cannot share a call: serving it unbatched "
+                "(one request per execution) although its configuration asks for batching", model,
+            )
+        max_batch_size = 0
+    else:
+        max_batch_size = DEFAULT_MAX_BATCH_SIZE if asked is None else asked
+
+    if request_input_shape is not None and inputs:
+        first = inputs[0]
+        shape = request_input_shape
+        # input_shape is one request's shape; on a batchable model its leading dim is that request's rows.
+        tail = shape[1:] if max_batch_size > 0 else shape
+        model_tail = first.shape[1:] if max_batch_size > 0 else first.shape
+        merged = _merge_shape(model_tail, tail, f"input_shape {list(shape)} for input '{first.name}'")
+        full = ((-1, *merged) if max_batch_size > 0 else merged)
+        inputs = (TensorSpec(first.name, first.datatype, full), *inputs[1:])
+
+    db = config.dynamic_batching
+    batching = db is not None and max_batch_size > 0
+    preferred = tuple(p for p in (db.preferred_batch_sizes if db else []) if p <= max(max_batch_size, 1))
+    settings = BatchSettings(
+        max_rows=max_batch_size,
+        batching=batching,
+        max_queue_delay_s=(db.max_queue_delay_ms / 1000.0) if db else 0.0,
+        preferred_rows=preferred,
+    )
+    return ResolvedSpecs(inputs, outputs, max_batch_size, settings)

@@ -1,0 +1,121 @@
+"""Prometheus metrics. The registry is passed in (no global), so a test builds a fresh one.
+
+Label values come only from loaded models (name, version, instance), never from request URLs:
+a flood of requests for unknown models cannot create series.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+# Latency buckets from 0.5 ms to 60 s: small models answer in ~1 ms, generation runs for seconds.
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
+LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+OUTCOMES = ("success", "invalid", "queue_full", "timeout", "cancelled", "error", "unavailable")
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None, *, process: bool = True) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        if process:
+            ProcessCollector(namespace="tensorgate", registry=self.registry)
+            PlatformCollector(registry=self.registry)
+        r = self.registry
+        mv = ["model", "version"]
+        self.requests = Counter("tensorgate_requests", "Inference requests by outcome.", [*mv, "outcome"], registry=r)
+        self.request_seconds = Histogram(
+            "tensorgate_request_duration_seconds", "End-to-end time in the server, admission to answer.",
+            mv, buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.queue_seconds = Histogram(
+            "tensorgate_queue_duration_seconds", "Time from admission to dispatch to an instance.",
+            mv, buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.compute_seconds = Histogram(
+            "tensorgate_compute_duration_seconds", "Time an instance spent executing each batch.",
+            mv, buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.batch_size = Histogram(
+            "tensorgate_batch_size", "Rows per executed batch.", mv, buckets=BATCH_BUCKETS, registry=r,
+        )
+        self.batch_releases = Counter(
+            "tensorgate_batch_releases", "Why each batch was released.", [*mv, "reason"], registry=r,
+        )
+        self.executions = Counter("tensorgate_executions", "Model executions (batches run).", mv, registry=r)
+        self.queue_depth = Gauge(
+            "tensorgate_queue_depth", "Requests waiting, per priority level.", [*mv, "priority"], registry=r,
+        )
+        self.inflight = Gauge("tensorgate_inflight_requests", "Requests admitted and not yet answered.", mv, registry=r)
+        self.instance_healthy = Gauge(
+            "tensorgate_instance_healthy", "1 when the instance can take work.", [*mv, "instance"], registry=r,
+        )
+        self.instance_restarts = Counter(
+            "tensorgate_instance_restarts", "Instance (worker process) restarts.", [*mv, "instance"], registry=r,
+        )
+        self.load_seconds = Histogram(
+            "tensorgate_model_load_duration_seconds", "Time to load a model version.", mv,
+            buckets=LOAD_BUCKETS, registry=r,
+        )
+        self.warmup_seconds = Histogram(
+            "tensorgate_model_warmup_duration_seconds", "Time to warm up a model version.", mv,
+            buckets=LOAD_BUCKETS, registry=r,
+        )
+        self.model_ready = Gauge("tensorgate_model_ready", "1 when the version is READY.", mv, registry=r)
+
+    def for_version(self, model: str, version: int) -> VersionMetrics:
+        v = str(version)
+        return VersionMetrics(
+            metrics=self,
+            model=model,
+            version=v,
+            outcomes={o: self.requests.labels(model, v, o) for o in OUTCOMES},
+            request_seconds=self.request_seconds.labels(model, v),
+            queue_seconds=self.queue_seconds.labels(model, v),
+            compute_seconds=self.compute_seconds.labels(model, v),
+            batch_size=self.batch_size.labels(model, v),
+            executions=self.executions.labels(model, v),
+            inflight=self.inflight.labels(model, v),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VersionMetrics:
+    """The metric children of one model version, bound once so the hot path skips label lookups."""
+
+    metrics: Metrics
+    model: str
+    version: str
+    outcomes: dict[str, Counter]
+    request_seconds: Histogram
+    queue_seconds: Histogram
+    compute_seconds: Histogram
+    batch_size: Histogram
+    executions: Counter
+    inflight: Gauge
+
+    def outcome(self, name: str) -> None:
+        self.outcomes[name].inc()
+
+    def release(self, reason: str) -> None:
+        self.metrics.batch_releases.labels(self.model, self.version, reason).inc()
+
+    def queue_depth(self, priority: int, depth: int) -> None:
+        self.metrics.queue_depth.labels(self.model, self.version, str(priority)).set(depth)
+
+    def instance_health(self, instance: str, healthy: bool) -> None:
+        self.metrics.instance_healthy.labels(self.model, self.version, instance).set(1 if healthy else 0)
+
+    def instance_restart(self, instance: str) -> None:
+        self.metrics.instance_restarts.labels(self.model, self.version, instance).inc()

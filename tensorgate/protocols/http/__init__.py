@@ -1,0 +1,1 @@
+"""HTTP: KServe V2 (JSON and Triton's binary extension), V1 predict, health and metadata."""

@@ -1,0 +1,348 @@
+"""The HTTP front end: a plain ASGI application over the InferenceService.
+
+Routes decode, call the core, encode; nothing else. It is written against ASGI directly rather
+than a framework because on a 2-core machine the per-request cost of routing and request objects
+is a visible share of a 1 ms inference; the routes are few and fixed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tensorgate.clock import Clock
+from tensorgate.errors import (
+    Cancelled,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    PermissionDenied,
+    TensorgateError,
+    UnsupportedMedia,
+)
+from tensorgate.models.service import InferenceService
+from tensorgate.protocols.http.body import Receive, decompress, read_body
+from tensorgate.protocols.http.v1_codec import decode_predict, encode_predict
+from tensorgate.protocols.http.v2_codec import (
+    DecodeLimits,
+    decode_infer,
+    dumps,
+    encode_infer,
+    loads_object,
+    parse_header_length,
+)
+from tensorgate.repository.names import check_model_name, parse_version
+from tensorgate.types import InferRequest
+
+log = logging.getLogger(__name__)
+access_log = logging.getLogger("tensorgate.access")
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Scope = dict[str, Any]
+
+_JSON = (b"content-type", b"application/json")
+_BINARY = (b"content-type", b"application/octet-stream")
+_CLOSE = (b"connection", b"close")
+# Content types a client may send a body as; anything else (pickle, forms of code) is refused with 415.
+_ACCEPTED_TYPES = frozenset(
+    {"", "application/json", "application/octet-stream", "application/x-www-form-urlencoded", "text/plain"}
+)
+# Bodies larger than this are decoded in a worker thread so health checks never wait behind them.
+_OFFLOAD_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    max_body_bytes: int
+    limits: DecodeLimits
+    management: bool = False
+
+
+@dataclass(slots=True)
+class Call:
+    """What one HTTP exchange carries besides its body."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    request_id: str
+    model: str = "-"
+    version: str = "-"
+    status: int = 0
+    queue_ms: float = 0.0
+    compute_ms: float = 0.0
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+class HttpApp:
+    def __init__(self, service: InferenceService, settings: HttpSettings, clock: Clock) -> None:
+        self._service = service
+        self._settings = settings
+        self._clock = clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if kind != "http":
+            return
+        headers = _headers(scope)
+        call = Call(scope["method"], scope["path"], headers, headers.get("x-request-id") or uuid.uuid4().hex)
+        started = self._clock.now()
+        try:
+            await self._route(call, receive, send)
+        except TensorgateError as exc:
+            if isinstance(exc, Cancelled):
+                call.status = 499
+            else:
+                await self._error(call, send, exc)
+        except asyncio.CancelledError:
+            call.status = 499
+            raise
+        except Exception:
+            log.exception("unhandled error on %s %s", call.method, call.path)
+            await self._error(call, send, InternalError("internal server error"))
+        finally:
+            self._access(call, started)
+
+    # -- routing ---------------------------------------------------------------------------------
+
+    async def _route(self, call: Call, receive: Receive, send: Send) -> None:
+        parts = call.path.strip("/").split("/")
+        head = parts[0] if parts else ""
+        if head == "v2":
+            await self._route_v2(call, parts[1:], receive, send)
+        elif head == "v1" and len(parts) >= 3 and parts[1] == "models":
+            await self._route_v1(call, parts[2:], receive, send)
+        else:
+            raise NotFound(f"no route for {call.path[:200]}")
+
+    async def _route_v2(self, call: Call, parts: list[str], receive: Receive, send: Send) -> None:
+        n = len(parts)
+        if n == 0:
+            self._only(call, "GET")
+            await self._json(call, send, 200, self._service.server_metadata())
+        elif parts[0] == "health" and n == 2 and parts[1] in ("live", "ready"):
+            self._only(call, "GET")
+            ok = self._service.live() if parts[1] == "live" else self._service.ready()
+            await self._empty(call, send, 200 if ok else 400)
+        elif parts[0] == "models" and n >= 2:
+            if parts[1] == "stats" and n == 2:
+                self._only(call, "GET")
+                await self._json(call, send, 200, {"model_stats": self._service.statistics(None, None)})
+                return
+            name = check_model_name(parts[1])
+            call.model = name
+            rest = parts[2:]
+            version: int | None = None
+            if len(rest) >= 2 and rest[0] == "versions":
+                version = parse_version(rest[1])
+                call.version = rest[1]
+                rest = rest[2:]
+            await self._model_route(call, name, version, rest, receive, send)
+        elif parts[0] == "repository":
+            if not self._settings.management:
+                raise PermissionDenied("the model repository API is disabled on this server")
+            raise NotFound(f"no route for {call.path[:200]}")
+        else:
+            raise NotFound(f"no route for {call.path[:200]}")
+
+    async def _model_route(
+        self, call: Call, name: str, version: int | None, rest: list[str], receive: Receive, send: Send
+    ) -> None:
+        action = rest[0] if len(rest) == 1 else ("" if not rest else None)
+        if action == "":
+            self._only(call, "GET")
+            await self._json(call, send, 200, self._service.metadata(name, version).to_v2())
+        elif action == "ready":
+            self._only(call, "GET")
+            await self._empty(call, send, 200 if self._service.model_ready(name, version) else 400)
+        elif action == "infer":
+            self._only(call, "POST")
+            await self._infer_v2(call, name, version, receive, send)
+        elif action == "stats":
+            self._only(call, "GET")
+            await self._json(call, send, 200, {"model_stats": self._service.statistics(name, version)})
+        else:
+            raise NotFound(f"no route for {call.path[:200]}")
+
+    async def _route_v1(self, call: Call, parts: list[str], receive: Receive, send: Send) -> None:
+        # /v1/models/{m}[:predict] or /v1/models/{m}/versions/{v}[:predict]
+        last = parts[-1]
+        predict = last.endswith(":predict")
+        if predict:
+            parts = [*parts[:-1], last[: -len(":predict")]]
+        name = check_model_name(parts[0])
+        call.model = name
+        version = None
+        if len(parts) == 3 and parts[1] == "versions":
+            version = parse_version(parts[2])
+            call.version = parts[2]
+        elif len(parts) != 1:
+            raise NotFound(f"no route for {call.path[:200]}")
+        if predict:
+            self._only(call, "POST")
+            await self._predict_v1(call, name, version, receive, send)
+        else:
+            self._only(call, "GET")
+            await self._json(call, send, 200, self._v1_status(name, version))
+
+    @staticmethod
+    def _only(call: Call, method: str) -> None:
+        if call.method != method and not (method == "GET" and call.method == "HEAD"):
+            raise MethodNotAllowed(f"{call.method} is not allowed on {call.path[:200]}; use {method}")
+
+    # -- inference -------------------------------------------------------------------------------
+
+    async def _body(self, call: Call, receive: Receive) -> bytes:
+        content_type = call.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type not in _ACCEPTED_TYPES:
+            raise UnsupportedMedia(
+                f"unsupported Content-Type {content_type[:60]!r}; send application/json or application/octet-stream"
+            )
+        length_header = call.headers.get("content-length")
+        length = int(length_header) if length_header and length_header.isdigit() else None
+        limit = self._settings.max_body_bytes
+        body = await read_body(receive, length, limit)
+        return decompress(body, call.headers.get("content-encoding"), limit)
+
+    async def _infer_v2(self, call: Call, name: str, version: int | None, receive: Receive, send: Send) -> None:
+        body = await self._body(call, receive)
+        header_length = parse_header_length(call.headers.get("inference-header-content-length"), len(body))
+        try:
+            if len(body) > _OFFLOAD_BYTES:
+                request, prefs = await asyncio.to_thread(
+                    decode_infer, body, header_length, name, version, self._settings.limits
+                )
+            else:
+                request, prefs = decode_infer(body, header_length, name, version, self._settings.limits)
+        except TensorgateError as exc:
+            self._service.count_failure(name, version, exc)
+            raise
+        response = await self._run(call, request, receive)
+        payload, json_length = encode_infer(response, prefs)
+        extra = [] if json_length is None else [(b"inference-header-content-length", str(json_length).encode())]
+        await self._send(call, send, 200, payload, [_BINARY if json_length is not None else _JSON, *extra])
+
+    async def _predict_v1(self, call: Call, name: str, version: int | None, receive: Receive, send: Send) -> None:
+        body = await self._body(call, receive)
+        target = self._service.router.route(name, version)
+        try:
+            document = loads_object(body, self._settings.limits)
+            request, rows = decode_predict(
+                document, name, version, target.specs.inputs, target.specs.max_batch_size > 0
+            )
+        except TensorgateError as exc:
+            self._service.count_failure(name, version, exc)
+            raise
+        response = await self._run(call, request, receive)
+        await self._json(call, send, 200, encode_predict(response, rows))
+
+    async def _run(self, call: Call, request: InferRequest, receive: Receive) -> Any:
+        """Call the core while watching the connection: a client that leaves cancels its request."""
+        request = _with_ids(request, call)
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task))
+        try:
+            response = await self._service.infer(request)
+        except asyncio.CancelledError:
+            if watcher.done() and not watcher.cancelled() and watcher.result():
+                task.uncancel()
+                raise Cancelled("the client disconnected") from None
+            raise
+        finally:
+            watcher.cancel()
+        call.version = str(response.version)
+        call.queue_ms = response.queue_s * 1000
+        call.compute_ms = response.compute_s * 1000
+        return response
+
+    def _v1_status(self, name: str, version: int | None) -> dict[str, Any]:
+        entry = self._service.router.entry(name)
+        statuses = [s for v, s in sorted(entry.statuses.items()) if version is None or v == version]
+        if version is not None and not statuses:
+            raise NotFound(f"unknown version {version} of model '{name}'")
+        states = {"READY": "AVAILABLE", "LOADING": "LOADING", "WARMING": "LOADING", "DRAINING": "UNLOADING",
+                  "UNLOADED": "END", "FAILED": "END"}
+        return {
+            "model_version_status": [
+                {
+                    "version": str(s.version),
+                    "state": states[s.state.value],
+                    "status": {"error_code": "OK" if not s.reason else "UNKNOWN", "error_message": s.reason},
+                }
+                for s in statuses
+            ]
+        }
+
+    # -- responses -------------------------------------------------------------------------------
+
+    async def _send(
+        self, call: Call, send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        call.status = status
+        out = [*headers, (b"x-request-id", call.request_id.encode("latin-1"))]
+        if self._service.draining:
+            out.append(_CLOSE)  # tell keep-alive clients and proxies to reconnect elsewhere
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        await send({"type": "http.response.body", "body": b"" if call.method == "HEAD" else body})
+
+    async def _json(self, call: Call, send: Send, status: int, document: Any) -> None:
+        await self._send(call, send, status, dumps(document), [_JSON])
+
+    async def _empty(self, call: Call, send: Send, status: int) -> None:
+        await self._send(call, send, status, b"", [])
+
+    async def _error(self, call: Call, send: Send, exc: TensorgateError) -> None:
+        headers = [_JSON]
+        if exc.retry_after_s is not None:
+            headers.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
+        try:
+            await self._send(call, send, exc.http_status, dumps({"error": exc.message}), headers)
+        except Exception:  # the response had already started, or the client is gone
+            log.debug("could not send the error response for %s", call.path)
+
+    def _access(self, call: Call, started: float) -> None:
+        if not access_log.isEnabledFor(logging.INFO):
+            return
+        access_log.info(
+            "%s %s %d", call.method, call.path[:200], call.status,
+            extra={
+                "request_id": call.request_id, "protocol": "http", "method": call.method,
+                "path": call.path[:200], "model": call.model, "version": call.version, "status": call.status,
+                "queue_ms": round(call.queue_ms, 3), "compute_ms": round(call.compute_ms, 3),
+                "total_ms": round((self._clock.now() - started) * 1000, 3),
+            },
+        )
+
+
+def _with_ids(request: InferRequest, call: Call) -> InferRequest:
+    return replace(request, request_id=call.request_id, traceparent=call.headers.get("traceparent"))
+
+
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any]) -> bool:
+    """Wait for the client to leave; then cancel the request's task. Returns True when it did."""
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        task.cancel()
+        return True
+    return False
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

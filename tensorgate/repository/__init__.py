@@ -1,0 +1,1 @@
+"""The model repository on disk: scanning, layouts, version policy."""

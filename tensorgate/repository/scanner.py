@@ -1,0 +1,106 @@
+"""Scanning a model repository on disk into :class:`ModelSource` records.
+
+Layout: ``<repo>/<model>/[config.yaml]`` and ``<repo>/<model>/<version>/model.onnx`` (or ``model.py``
+for the Python backend, or a Hugging Face directory for ``llm``). Every resolved path must stay inside
+the repository root: a symlink that escapes it makes that model fail, never the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from tensorgate.config.loading import load_file
+from tensorgate.config.model_config import ModelConfig
+from tensorgate.errors import ConfigError
+from tensorgate.repository.names import is_valid_model_name
+from tensorgate.repository.source import ModelSource, VersionSource
+from tensorgate.repository.version_policy import select_versions
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.yaml"
+_ARTIFACTS = {"onnxruntime": "model.onnx", "python": "model.py"}
+
+
+def _inside(root: Path, path: Path) -> bool:
+    try:
+        path.resolve(strict=True).relative_to(root)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _detect_backend(version_dirs: list[Path]) -> str | None:
+    for backend, filename in _ARTIFACTS.items():
+        if any((d / filename).is_file() for d in version_dirs):
+            return backend
+    if any((d / "config.json").is_file() for d in version_dirs):
+        return "llm"
+    return None
+
+
+def scan_model(root: Path, model_dir: Path) -> ModelSource:
+    """One model directory. Problems are recorded on the source, so one bad model fails alone."""
+    name = model_dir.name
+    problems: list[str] = []
+    config = ModelConfig()
+    config_path = model_dir / CONFIG_FILE
+    if config_path.exists():
+        if not _inside(root, config_path):
+            problems.append(f"{name}/{CONFIG_FILE} points outside the model repository")
+        else:
+            try:
+                config = load_file(ModelConfig, config_path)
+            except ConfigError as exc:
+                problems.append(str(exc).replace(str(root) + "/", ""))
+    if config.name is not None and config.name != name:
+        problems.append(f"{name}/{CONFIG_FILE}: key 'name' is {config.name!r}, expected the directory name")
+
+    version_dirs: dict[int, Path] = {}
+    for child in sorted(model_dir.iterdir()):
+        if not child.is_dir() or not child.name.isdigit() or child.name.startswith("0"):
+            continue
+        if not _inside(root, child):
+            problems.append(f"{name}/{child.name} points outside the model repository")
+            continue
+        version_dirs[int(child.name)] = child
+
+    backend = config.backend or _detect_backend(list(version_dirs.values()))
+    versions: list[VersionSource] = []
+    if backend is None:
+        if not problems:
+            problems.append(f"{name}: no version directory holds model.onnx, model.py or config.json")
+        backend = "unknown"
+    else:
+        for version in select_versions(config.version_policy, version_dirs):
+            directory = version_dirs[version]
+            artifact = directory / _ARTIFACTS[backend] if backend in _ARTIFACTS else directory
+            if not _inside(root, artifact):
+                problems.append(f"{name}/{version}: {artifact.name} is missing or points outside the repository")
+                continue
+            versions.append(VersionSource(version, artifact, directory))
+        if not versions and not problems:
+            problems.append(f"{name}: the version policy selects no version on disk")
+    return ModelSource(name=name, backend=backend, config=config, versions=tuple(versions), problems=tuple(problems))
+
+
+def scan_repository(root: Path) -> list[ModelSource]:
+    root = root.resolve(strict=True)
+    sources = []
+    for model_dir in sorted(root.iterdir()):
+        if not model_dir.is_dir() or model_dir.name.startswith("."):
+            continue
+        if not is_valid_model_name(model_dir.name):
+            log.warning("skipping %r: not a valid model name", model_dir.name)
+            continue
+        if not _inside(root, model_dir):
+            sources.append(
+                ModelSource(
+                    name=model_dir.name, backend="unknown", config=ModelConfig(), versions=(),
+                    problems=(f"{model_dir.name} points outside the model repository",),
+                )
+            )
+            continue
+        sources.append(scan_model(root, model_dir))
+    return sources

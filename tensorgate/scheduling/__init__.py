@@ -1,0 +1,1 @@
+"""Queues (priority, deadlines, admission) and the dynamic batcher."""

@@ -1,0 +1,84 @@
+"""Batch formation: which queued requests to dispatch now, or when to look again.
+
+Pure: takes the queue, ``now`` and how many instances are idle or busy; returns a decision.
+
+Unlike Triton, MLServer or LitServe, a request that finds the whole pool idle is dispatched at
+once: holding it for the delay window would only add latency, because nothing else is running
+whose completion could bring more requests to share its batch. Batches form from what accumulates
+while instances are busy, and the delay window applies only while at least one instance is busy.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from tensorgate.scheduling.pending import Pending
+from tensorgate.scheduling.request_queue import RequestQueue
+
+
+class ReleaseReason(enum.Enum):
+    FULL = "full"  # max rows reached, or the next request cannot join (shape or size)
+    PREFERRED = "preferred"  # reached the largest preferred batch size
+    DELAY = "delay"  # the oldest request has waited max_queue_delay
+    DEADLINE = "deadline"  # a member's deadline falls inside the delay window
+    IDLE = "idle"  # every instance is idle: waiting cannot bring more work to batch with
+    SINGLE = "single"  # the model does not batch requests together
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSettings:
+    max_rows: int  # rows per execution; 0 means the model has no batch axis
+    batching: bool  # may several requests share one execution?
+    max_queue_delay_s: float
+    preferred_rows: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    batch: list[Pending] | None
+    reason: ReleaseReason | None = None
+    wake_at: float | None = None  # when to decide again if nothing else happens first
+
+
+def form_batch(queue: RequestQueue, settings: BatchSettings) -> tuple[list[Pending], bool]:
+    """The head of the queue as one batch, and whether something blocks it from growing further."""
+    batch: list[Pending] = []
+    rows = 0
+    for item in queue.in_order():
+        if not batch:
+            batch.append(item)
+            rows = item.rows
+            if not settings.batching:
+                return batch, True
+            continue
+        if item.shape_key != batch[0].shape_key or rows + item.rows > settings.max_rows:
+            return batch, True
+        batch.append(item)
+        rows += item.rows
+    return batch, False
+
+
+def decide(queue: RequestQueue, settings: BatchSettings, now: float, idle: int, busy: int) -> Decision:
+    if len(queue) == 0:
+        return Decision(None)
+    if idle == 0:
+        return Decision(None, wake_at=queue.next_deadline)
+    batch, blocked = form_batch(queue, settings)
+    if not settings.batching:
+        return Decision(batch, ReleaseReason.SINGLE)
+    rows = sum(p.rows for p in batch)
+    if rows >= settings.max_rows or blocked:
+        return Decision(batch, ReleaseReason.FULL)
+    if busy == 0:
+        return Decision(batch, ReleaseReason.IDLE)
+    if settings.preferred_rows and rows >= max(settings.preferred_rows):
+        return Decision(batch, ReleaseReason.PREFERRED)
+    window_end = min(p.arrival for p in batch) + settings.max_queue_delay_s
+    if now >= window_end:
+        return Decision(batch, ReleaseReason.DELAY)
+    deadlines = [p.deadline for p in batch if p.deadline is not None]
+    if deadlines and min(deadlines) <= window_end:
+        return Decision(batch, ReleaseReason.DEADLINE)
+    wake_at = window_end if queue.next_deadline is None else min(window_end, queue.next_deadline)
+    return Decision(None, wake_at=wake_at)

@@ -1,0 +1,23 @@
+"""A request waiting in a scheduler, as the pure policies see it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from tensorgate.types import InferRequest, InferResponse
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """One admitted request. ``eq=False``: identity, not value, decides membership in a queue."""
+
+    request: InferRequest
+    rows: int  # rows on the batch axis this request contributes (1 for an unbatched model)
+    shape_key: tuple[tuple[int, ...], ...]  # non-batch dimensions; only equal keys share a batch
+    priority: int  # 1 is highest
+    arrival: float
+    deadline: float | None
+    future: asyncio.Future[InferResponse] | None = field(default=None, repr=False)
+    attempts: int = 0
+    dispatched_at: float | None = None

@@ -1,0 +1,329 @@
+"""The scheduler of one model version: admission, priorities, deadlines, dynamic batching.
+
+A thin driver around the pure policies in ``request_queue`` and ``batch_policy``. It has no loop
+task of its own: :meth:`_pump` runs when a request arrives, when a batch finishes and when a
+timer set for the policy's ``wake_at`` fires, so a lone request on an idle pool is dispatched in
+the same event-loop turn that admitted it.
+
+Guarantee: every admitted request ends exactly once, with a response or a typed error
+(queue full, deadline exceeded, cancelled, model failure, instance failure after one retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tensorgate.clock import Clock
+from tensorgate.errors import (
+    DeadlineExceeded,
+    InternalError,
+    InvalidInput,
+    QueueFull,
+    TensorgateError,
+    Unavailable,
+)
+from tensorgate.instances.base import Instance, InstanceDied, ModelFailed
+from tensorgate.instances.pool import InstancePool
+from tensorgate.observability.metrics import VersionMetrics
+from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, decide
+from tensorgate.scheduling.pending import Pending
+from tensorgate.scheduling.request_queue import RequestQueue
+from tensorgate.scheduling.tensors import merge_inputs, split_outputs
+from tensorgate.types import Array, InferRequest, InferResponse
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    priority_levels: int = 1
+    default_priority: int | None = None  # None: the lowest level
+    max_queue_size: int = 1024
+    default_timeout_s: float | None = None
+
+
+@dataclass(slots=True)
+class VersionStats:
+    """Cumulative counters in the shape of Triton's statistics extension (nanoseconds)."""
+
+    inference_count: int = 0
+    execution_count: int = 0
+    success_count: int = 0
+    success_ns: int = 0
+    fail_count: int = 0
+    fail_ns: int = 0
+    queue_count: int = 0
+    queue_ns: int = 0
+    compute_count: int = 0
+    compute_ns: int = 0
+    last_inference_ms: int = 0
+    batch_stats: dict[int, list[int]] = field(default_factory=dict)  # rows -> [count, compute_ns]
+
+
+def settle(future: asyncio.Future[InferResponse] | None, result: InferResponse | BaseException) -> None:
+    """Resolve a request's future once; a future already done or cancelled is left alone."""
+    if future is None or future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        model: str,
+        version: int,
+        pool: InstancePool,
+        batch: BatchSettings,
+        queue: QueueSettings,
+        clock: Clock,
+        metrics: VersionMetrics,
+    ) -> None:
+        self.model = model
+        self.version = version
+        self._pool = pool
+        self._batch = batch
+        self._queue_settings = queue
+        self._queue = RequestQueue(queue.priority_levels, queue.max_queue_size)
+        self._clock = clock
+        self._metrics = metrics
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._running: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.stats = VersionStats()
+
+    # -- admission -----------------------------------------------------------------------------
+
+    def _priority(self, request: InferRequest) -> int:
+        levels = self._queue_settings.priority_levels
+        if request.priority is None or request.priority == 0:
+            default = self._queue_settings.default_priority
+            return default if default is not None else levels
+        if not 1 <= request.priority <= levels:
+            raise InvalidInput(f"priority {request.priority} is outside 1..{levels} for model '{self.model}'")
+        return request.priority
+
+    async def submit(self, request: InferRequest, rows: int, shape_key: tuple[tuple[int, ...], ...]) -> InferResponse:
+        """Admit, wait for the batch that carries this request, and return its own outputs."""
+        if self._closed:
+            raise Unavailable(f"model '{self.model}' version {self.version} is shutting down", retry_after_s=1.0)
+        now = self._clock.now()
+        timeout = request.timeout_s if request.timeout_s is not None else self._queue_settings.default_timeout_s
+        deadline = None if timeout is None else now + timeout
+        loop = asyncio.get_running_loop()
+        item = Pending(
+            request=request, rows=rows, shape_key=shape_key, priority=self._priority(request),
+            arrival=now, deadline=deadline, future=loop.create_future(),
+        )
+        try:
+            self._queue.admit(item)  # raises QueueFull at once, never blocks
+        except QueueFull:
+            self._metrics.outcome("queue_full")
+            raise
+        self._metrics.inflight.inc()
+        self._pump()
+        assert item.future is not None
+        try:
+            if deadline is None:
+                response = await item.future
+            else:
+                # Also bounds time spent executing: a result that arrives after the deadline is dropped.
+                response = await asyncio.wait_for(asyncio.shield(item.future), max(0.0, deadline - now))
+        except TimeoutError:
+            self._queue.remove(item)
+            item.future.cancel()  # a result that still arrives is dropped
+            self._finish(item, "timeout")
+            raise DeadlineExceeded(
+                f"request to model '{self.model}' exceeded its deadline of {timeout * 1000:.0f} ms"  # type: ignore[operator]
+            ) from None
+        except asyncio.CancelledError:
+            # The client went away: leave the queue (or drop the result when already running).
+            if self._queue.remove(item):
+                self._pump()
+            item.future.cancel()
+            self._finish(item, "cancelled")
+            raise
+        except TensorgateError as exc:
+            self._finish(item, exc.outcome)
+            raise
+        self._finish(item, "success")
+        return response
+
+    def _finish(self, item: Pending, outcome: str) -> None:
+        elapsed = self._clock.now() - item.arrival
+        self._metrics.inflight.dec()
+        self._metrics.outcome(outcome)
+        self._metrics.request_seconds.observe(elapsed)
+        stats = self.stats
+        if outcome == "success":
+            stats.success_count += 1
+            stats.success_ns += int(elapsed * 1e9)
+        else:
+            stats.fail_count += 1
+            stats.fail_ns += int(elapsed * 1e9)
+        self._publish_depth()
+
+    # -- dispatch --------------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Expire, then dispatch every batch the policy releases; arm a timer for the next look."""
+        try:
+            now = self._clock.now()
+            for item in self._queue.expire(now):
+                settle(item.future, DeadlineExceeded(f"request to model '{self.model}' expired in the queue"))
+            while True:
+                decision = decide(self._queue, self._batch, now, self._pool.idle_count(), self._pool.busy_count())
+                if decision.batch is None:
+                    self._arm(decision.wake_at)
+                    break
+                instance = self._pool.acquire()
+                if instance is None:  # the policy saw an idle instance; nothing else takes one meanwhile
+                    self._arm(None)
+                    break
+                self._queue.take(decision.batch)
+                self._dispatch(instance, decision.batch, decision.reason, now)
+            self._publish_depth()
+        except Exception:  # the exception boundary: a policy bug must not strand the queue
+            log.exception("scheduler for %s/%s failed to dispatch", self.model, self.version)
+            for item in list(self._queue.in_order()):
+                self._queue.remove(item)
+                settle(item.future, InternalError("the scheduler failed; see the server log"))
+
+    def _publish_depth(self) -> None:
+        for level in range(1, self._queue.priority_levels + 1):
+            self._metrics.queue_depth(level, self._queue.depth(level))
+
+    def _arm(self, wake_at: float | None) -> None:
+        if wake_at == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = wake_at
+        if wake_at is not None and not self._closed:
+            delay = max(0.0, wake_at - self._clock.now())
+            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._pump()
+
+    def _dispatch(self, instance: Instance, batch: list[Pending], reason: ReleaseReason | None, now: float) -> None:
+        live = [p for p in batch if p.future is not None and not p.future.done()]
+        if not live:
+            self._pool.release(instance)
+            return
+        if reason is not None:
+            self._metrics.release(reason.value)
+        for item in live:
+            if item.dispatched_at is None:
+                item.dispatched_at = now
+                wait = now - item.arrival
+                self._metrics.queue_seconds.observe(wait)
+                self.stats.queue_count += 1
+                self.stats.queue_ns += int(wait * 1e9)
+        task = asyncio.get_running_loop().create_task(self._run(instance, live))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, instance: Instance, batch: list[Pending]) -> None:
+        retry: list[Pending] = []
+        try:
+            inputs = merge_inputs([p.request.inputs for p in batch])
+            rows = [p.rows for p in batch]
+            started = self._clock.now()
+            try:
+                outputs = await instance.execute(inputs)
+            except InstanceDied as exc:
+                log.warning("instance %s died running a batch of %d: %s", instance.name, len(batch), exc)
+                for item in batch:
+                    item.attempts += 1
+                    if item.attempts > 1:
+                        settle(item.future, InternalError(f"model '{self.model}' failed twice: its instance died"))
+                    else:
+                        retry.append(item)
+                return
+            except ModelFailed as exc:
+                log.warning("model %s/%s raised on a batch of %d: %s", self.model, self.version, len(batch), exc)
+                for item in batch:
+                    settle(item.future, InternalError(f"model '{self.model}' failed to execute the request"))
+                return
+            elapsed = self._clock.now() - started
+            self._record_execution(sum(rows), elapsed, len(batch))
+            for item, own in zip(batch, split_outputs(outputs, rows), strict=True):
+                settle(item.future, self._response(item, own, started, elapsed))
+        except TensorgateError as exc:
+            for item in batch:
+                settle(item.future, exc)
+        except Exception:
+            log.exception("batch for %s/%s failed", self.model, self.version)
+            for item in batch:
+                settle(item.future, InternalError(f"model '{self.model}' failed to execute the request"))
+        finally:
+            self._pool.release(instance)
+            for item in reversed(retry):
+                if item.future is not None and not item.future.done():
+                    self._queue.requeue_front(item)
+            self._pump()
+
+    def _record_execution(self, rows: int, elapsed: float, requests: int) -> None:
+        self._metrics.compute_seconds.observe(elapsed)
+        self._metrics.batch_size.observe(rows)
+        self._metrics.executions.inc()
+        stats = self.stats
+        stats.last_inference_ms = int(time.time() * 1000)  # a timestamp (Triton's field), not a duration
+        stats.execution_count += 1
+        stats.inference_count += rows
+        stats.compute_count += requests
+        ns = int(elapsed * 1e9)
+        stats.compute_ns += ns
+        entry = stats.batch_stats.setdefault(rows, [0, 0])
+        entry[0] += 1
+        entry[1] += ns
+
+    def _response(self, item: Pending, outputs: Mapping[str, Array], started: float, elapsed: float) -> InferResponse:
+        wanted = item.request.outputs
+        if wanted:
+            outputs = {name: outputs[name] for name in wanted}
+        return InferResponse(
+            model=self.model, version=self.version, outputs=outputs, id=item.request.id,
+            queue_s=started - item.arrival, compute_s=elapsed,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait until nothing is queued or running (or ``timeout_s`` passes)."""
+        deadline = self._clock.now() + timeout_s
+        while (len(self._queue) or self._running) and self._clock.now() < deadline:
+            pending = set(self._running)
+            if pending:
+                await asyncio.wait(pending, timeout=max(0.0, deadline - self._clock.now()))
+            else:
+                await asyncio.sleep(0.01)  # queued items wait for an instance; poll at a coarse grain
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for item in list(self._queue.in_order()):
+            self._queue.remove(item)
+            settle(item.future, Unavailable(f"model '{self.model}' is unloading", retry_after_s=1.0))
+        if self._running:
+            await asyncio.wait(set(self._running))

@@ -1,0 +1,162 @@
+"""Server: startup, serving, graceful shutdown; wires the parts together.
+
+Startup: bind the listeners first (liveness answers while models load), load and warm every
+model, then readiness turns true. Shutdown on SIGTERM or SIGINT: readiness false at once, keep
+serving for ``drain_delay_s``, close the listeners and finish in-flight requests within
+``exit_timeout_s``, stop the model instances (worker processes last), exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+
+from tensorgate.clock import Clock, MonotonicClock
+from tensorgate.config.server_config import ServerConfig
+from tensorgate.models.manager import ModelManager
+from tensorgate.models.service import InferenceService
+from tensorgate.observability.metrics import Metrics
+from tensorgate.protocols.http.app import HttpApp, HttpSettings
+from tensorgate.protocols.http.listener import HttpListener, metrics_app
+from tensorgate.protocols.http.v2_codec import DecodeLimits
+from tensorgate.repository.flat import from_flat_entries
+from tensorgate.repository.scanner import scan_repository
+from tensorgate.repository.source import ModelSource
+
+log = logging.getLogger(__name__)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+class Server:
+    """Owns the runtime state built from an inert :class:`ServerConfig`."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        config_dir: Path | None = None,
+        config_source: str = "configuration",
+        clock: Clock | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.config = config
+        self._config_dir = config_dir or Path.cwd()
+        self._config_source = config_source
+        self.clock = clock or MonotonicClock()
+        self.metrics = metrics or Metrics()
+        self.manager = ModelManager(self.clock, self.metrics)
+        self.service = InferenceService(self.manager)
+        self._listeners: list[HttpListener] = []
+        self._stop = asyncio.Event()
+        self.ports: dict[str, int] = {}
+
+    def model_sources(self) -> list[ModelSource]:
+        sources: list[ModelSource] = []
+        section = self.config.server
+        if section.model_repository is not None:
+            sources.extend(scan_repository(section.model_repository))
+        sources.extend(from_flat_entries(self.config.models, self._config_dir, self._config_source))
+        if not sources and section.model_repository is None:
+            from tensorgate.examples import default_example_repository
+
+            repository = default_example_repository()
+            log.info("no models configured: serving the bundled examples from %s", repository)
+            sources.extend(scan_repository(repository))
+        names = [s.name for s in sources]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"models {duplicates} are defined twice (repository and config file)")
+        return sources
+
+    async def start(self) -> None:
+        section = self.config.server
+        if section.host not in ("127.0.0.1", "localhost", "::1"):
+            log.warning("HTTP binds %s: inference is reachable from the network; put TLS and auth in front", section.host)
+        settings = HttpSettings(
+            max_body_bytes=section.max_body_bytes,
+            limits=DecodeLimits(max_elements=section.max_elements, max_json_depth=section.max_json_depth),
+        )
+        http = HttpListener(
+            "http", HttpApp(self.service, settings, self.clock), bind_socket(section.host, section.http_port),
+            keep_alive_s=section.keep_alive_s, exit_timeout_s=section.exit_timeout_s,
+        )
+        self._listeners.append(http)
+        if section.metrics_port is not None:
+            self._listeners.append(
+                HttpListener("metrics", metrics_app(self.metrics.registry), bind_socket(section.host, section.metrics_port))
+            )
+        for listener in self._listeners:
+            await listener.start()
+            self.ports[listener.name] = listener.port
+        self._write_ports()
+        log.info("listening", extra={"ports": self.ports, "host": section.host})
+        await self.manager.load_all(self.model_sources())
+        self.service.started = True
+        log.info("server ready" if self.service.ready() else "server started; some models are not ready")
+
+    def _write_ports(self) -> None:
+        path = self.config.server.ports_file
+        if path is not None:
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_bytes(orjson.dumps(self.ports))
+            tmp.replace(path)
+
+    def request_stop(self) -> None:
+        if not self.service.draining:
+            log.info("shutdown requested: readiness is now false; draining for %.1f s", self.config.server.drain_delay_s)
+        self.service.draining = True
+        self._stop.set()
+
+    async def serve(self) -> None:
+        """Run until a stop is requested (signal or :meth:`request_stop`), then shut down in order."""
+        with self._signals():
+            try:
+                await self.start()
+                await self._stop.wait()
+            finally:
+                await self.shutdown()
+
+    async def shutdown(self) -> None:
+        section = self.config.server
+        self.service.draining = True
+        if section.drain_delay_s > 0:
+            await asyncio.sleep(section.drain_delay_s)  # load balancers need time to stop sending
+        for listener in self._listeners:
+            await listener.stop()
+        abandoned = sum(v.scheduler.queued + v.scheduler.running for e in self.manager.models.values()
+                        for v in e.versions.values())
+        if abandoned:
+            log.warning("stopping models with %d request(s) still queued or running", abandoned)
+        await self.manager.aclose(drain_timeout_s=section.exit_timeout_s)
+        log.info("server stopped")
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        installed = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, self.request_stop)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):  # not the main thread
+                pass
+        try:
+            yield
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)

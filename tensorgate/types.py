@@ -1,0 +1,142 @@
+"""The core vocabulary: datatypes, tensor specs, requests and responses.
+
+Everything below the protocol layer speaks in these types; nothing here knows HTTP or gRPC.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+Array = npt.NDArray[Any]
+
+
+class DataType(enum.Enum):
+    """The KServe V2 tensor datatypes, by their protocol names."""
+
+    BOOL = "BOOL"
+    UINT8 = "UINT8"
+    UINT16 = "UINT16"
+    UINT32 = "UINT32"
+    UINT64 = "UINT64"
+    INT8 = "INT8"
+    INT16 = "INT16"
+    INT32 = "INT32"
+    INT64 = "INT64"
+    FP16 = "FP16"
+    FP32 = "FP32"
+    FP64 = "FP64"
+    BYTES = "BYTES"
+
+    @classmethod
+    def parse(cls, name: object) -> DataType:
+        if isinstance(name, str):
+            try:
+                return cls(name)
+            except ValueError:
+                pass
+        raise ValueError(f"unknown datatype {name!r}; expected one of {', '.join(d.value for d in cls)}")
+
+    @property
+    def numpy(self) -> np.dtype[Any]:
+        return _TO_NUMPY[self]
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element in the raw encoding; 0 for BYTES, whose elements vary."""
+        return 0 if self is DataType.BYTES else self.numpy.itemsize
+
+    @classmethod
+    def from_numpy(cls, dtype: np.dtype[Any]) -> DataType:
+        if dtype.kind in ("O", "S", "U"):
+            return cls.BYTES
+        try:
+            return _FROM_NUMPY[np.dtype(dtype)]
+        except KeyError:
+            raise ValueError(f"numpy dtype {dtype} has no V2 datatype") from None
+
+
+_TO_NUMPY: dict[DataType, np.dtype[Any]] = {
+    DataType.BOOL: np.dtype(np.bool_),
+    DataType.UINT8: np.dtype(np.uint8),
+    DataType.UINT16: np.dtype(np.uint16),
+    DataType.UINT32: np.dtype(np.uint32),
+    DataType.UINT64: np.dtype(np.uint64),
+    DataType.INT8: np.dtype(np.int8),
+    DataType.INT16: np.dtype(np.int16),
+    DataType.INT32: np.dtype(np.int32),
+    DataType.INT64: np.dtype(np.int64),
+    DataType.FP16: np.dtype(np.float16),
+    DataType.FP32: np.dtype(np.float32),
+    DataType.FP64: np.dtype(np.float64),
+    DataType.BYTES: np.dtype(object),
+}
+_FROM_NUMPY: dict[np.dtype[Any], DataType] = {v: k for k, v in _TO_NUMPY.items() if k is not DataType.BYTES}
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A named tensor as V2 metadata reports it: shape includes the batch dimension; -1 is dynamic."""
+
+    name: str
+    datatype: DataType
+    shape: tuple[int, ...]
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {"name": self.name, "datatype": self.datatype.value, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True, slots=True)
+class InferRequest:
+    """One client request, decoded and validated against the model's tensor specs.
+
+    ``inputs`` hold numpy arrays; for a batching model axis 0 is the batch. ``timeout_s`` is the
+    client's relative deadline (from the V2 ``timeout`` parameter or a gRPC deadline); the
+    scheduler turns it into an absolute deadline on its own clock at admission.
+    """
+
+    model: str
+    inputs: Mapping[str, Array]
+    version: int | None = None
+    outputs: tuple[str, ...] = ()
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    priority: int | None = None
+    timeout_s: float | None = None
+    id: str = ""
+    request_id: str = ""
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InferResponse:
+    model: str
+    version: int
+    outputs: Mapping[str, Array]
+    id: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    queue_s: float = 0.0  # admission to dispatch
+    compute_s: float = 0.0  # the batch's execution on its instance
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    name: str
+    versions: tuple[int, ...]
+    platform: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_batch_size: int
+
+    def to_v2(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "versions": [str(v) for v in self.versions],
+            "platform": self.platform,
+            "inputs": [s.to_metadata() for s in self.inputs],
+            "outputs": [s.to_metadata() for s in self.outputs],
+        }
