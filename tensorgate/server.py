@@ -86,19 +86,29 @@ class Server:
     async def start(self) -> None:
         section = self.config.server
         if section.host not in ("127.0.0.1", "localhost", "::1"):
-            log.warning("HTTP binds %s: inference is reachable from the network; put TLS and auth in front", section.host)
+            log.warning(
+                "HTTP binds %s: inference is reachable from the network; put TLS and auth in front",
+                section.host,
+            )
         settings = HttpSettings(
             max_body_bytes=section.max_body_bytes,
             limits=DecodeLimits(max_elements=section.max_elements, max_json_depth=section.max_json_depth),
         )
         http = HttpListener(
-            "http", HttpApp(self.service, settings, self.clock), bind_socket(section.host, section.http_port),
-            keep_alive_s=section.keep_alive_s, exit_timeout_s=section.exit_timeout_s,
+            "http",
+            HttpApp(self.service, settings, self.clock),
+            bind_socket(section.host, section.http_port),
+            keep_alive_s=section.keep_alive_s,
+            exit_timeout_s=section.exit_timeout_s,
         )
         self._listeners.append(http)
         if section.metrics_port is not None:
             self._listeners.append(
-                HttpListener("metrics", metrics_app(self.metrics.registry), bind_socket(section.host, section.metrics_port))
+                HttpListener(
+                    "metrics",
+                    metrics_app(self.metrics.registry),
+                    bind_socket(section.host, section.metrics_port),
+                )
             )
         for listener in self._listeners:
             await listener.start()
@@ -118,7 +128,10 @@ class Server:
 
     def request_stop(self) -> None:
         if not self.service.draining:
-            log.info("shutdown requested: readiness is now false; draining for %.1f s", self.config.server.drain_delay_s)
+            log.info(
+                "shutdown requested: readiness is now false; draining for %.1f s",
+                self.config.server.drain_delay_s,
+            )
         self.service.draining = True
         self._stop.set()
 
@@ -138,8 +151,9 @@ class Server:
             await asyncio.sleep(section.drain_delay_s)  # load balancers need time to stop sending
         for listener in self._listeners:
             await listener.stop()
-        abandoned = sum(v.scheduler.queued + v.scheduler.running for e in self.manager.models.values()
-                        for v in e.versions.values())
+        abandoned = sum(
+            v.scheduler.queued + v.scheduler.running for e in self.manager.models.values() for v in e.versions.values()
+        )
         if abandoned:
             log.warning("stopping models with %d request(s) still queued or running", abandoned)
         await self.manager.aclose(drain_timeout_s=section.exit_timeout_s)

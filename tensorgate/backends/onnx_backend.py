@@ -100,7 +100,9 @@ class OnnxBackend(Backend):
 def _to_ort(name: str, array: Array, string_inputs: frozenset[str]) -> Array:
     if name in string_inputs:
         # ORT string tensors take str objects; V2 BYTES arrive as bytes.
-        decode = np.vectorize(lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b), otypes=[object])
+        decode = np.vectorize(
+            lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b), otypes=[object]
+        )
         return decode(array) if array.size else array.astype(object)
     return array
 

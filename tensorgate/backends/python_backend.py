@@ -48,16 +48,24 @@ class PythonBackend(Backend):
             sys.modules.pop(module_name, None)
             raise ModelLoadError(f"model.py raised on import: {type(exc).__name__}: {exc}") from exc
         classes = [
-            obj for obj in vars(module).values()
-            if inspect.isclass(obj) and issubclass(obj, PythonModel) and obj is not PythonModel
+            obj
+            for obj in vars(module).values()
+            if inspect.isclass(obj)
+            and issubclass(obj, PythonModel)
+            and obj is not PythonModel
             and obj.__module__ == module_name
         ]
         if len(classes) != 1:
-            raise ModelLoadError(f"model.py must define exactly one tensorgate.PythonModel subclass, found {len(classes)}")
+            raise ModelLoadError(
+                f"model.py must define exactly one tensorgate.PythonModel subclass, found {len(classes)}"
+            )
         model = classes[0]()
         context = ModelContext(
-            name=spec.model, version=spec.version, directory=spec.directory,
-            device=str(spec.device), parameters=dict(spec.config.parameters),
+            name=spec.model,
+            version=spec.version,
+            directory=spec.directory,
+            device=str(spec.device),
+            parameters=dict(spec.config.parameters),
         )
         try:
             model.load(context)

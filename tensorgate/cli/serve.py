@@ -70,6 +70,14 @@ def build_config(args: argparse.Namespace) -> tuple[ServerConfig, Path, str]:
     return config, base_dir, source
 
 
+def _loop_factory() -> Any:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+        return None
+    return uvloop.new_event_loop
+
+
 def run(args: argparse.Namespace) -> int:
     from tensorgate.server import Server
 
@@ -80,15 +88,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     section = config.server
     configure_logging(section.log_level, section.log_format, section.access_log)
-    try:
-        import uvloop
-
-        runner = uvloop.run
-    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
-        runner = asyncio.run
     server = Server(config, config_dir=base_dir, config_source=source)
     try:
-        runner(server.serve())
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(server.serve())
     except ConfigError as exc:
         print(f"tensorgate: configuration error: {exc}", file=sys.stderr)
         return 2

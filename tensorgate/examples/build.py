@@ -59,8 +59,10 @@ def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> onnx.T
 def mlp_model(in_features: int = 16, hidden: int = 64, classes: int = 3, seed: int = SEED) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     inits = [
-        _init(rng, "w1", (in_features, hidden)), _init(rng, "b1", (hidden,)),
-        _init(rng, "w2", (hidden, classes)), _init(rng, "b2", (classes,)),
+        _init(rng, "w1", (in_features, hidden)),
+        _init(rng, "b1", (hidden,)),
+        _init(rng, "w2", (hidden, classes)),
+        _init(rng, "b2", (classes,)),
     ]
     nodes = [
         helper.make_node("Gemm", ["features", "w1", "b1"], ["h1"]),
@@ -69,7 +71,8 @@ def mlp_model(in_features: int = 16, hidden: int = 64, classes: int = 3, seed: i
         helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1),
     ]
     graph = helper.make_graph(
-        nodes, "mlp",
+        nodes,
+        "mlp",
         [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", in_features])],
         [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["batch", classes])],
         inits,
@@ -80,9 +83,12 @@ def mlp_model(in_features: int = 16, hidden: int = 64, classes: int = 3, seed: i
 def cnn_model(size: int = 32, classes: int = 10, seed: int = SEED) -> onnx.ModelProto:
     rng = np.random.default_rng(seed)
     inits = [
-        _init(rng, "c1w", (8, 3, 3, 3)), _init(rng, "c1b", (8,)),
-        _init(rng, "c2w", (16, 8, 3, 3)), _init(rng, "c2b", (16,)),
-        _init(rng, "fw", (16, classes)), _init(rng, "fb", (classes,)),
+        _init(rng, "c1w", (8, 3, 3, 3)),
+        _init(rng, "c1b", (8,)),
+        _init(rng, "c2w", (16, 8, 3, 3)),
+        _init(rng, "c2b", (16,)),
+        _init(rng, "fw", (16, classes)),
+        _init(rng, "fb", (classes,)),
     ]
     nodes = [
         helper.make_node("Conv", ["image", "c1w", "c1b"], ["c1"], pads=[1, 1, 1, 1]),
@@ -96,7 +102,8 @@ def cnn_model(size: int = 32, classes: int = 10, seed: int = SEED) -> onnx.Model
         helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1),
     ]
     graph = helper.make_graph(
-        nodes, "cnn",
+        nodes,
+        "cnn",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, size, size])],
         [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["batch", classes])],
         inits,

@@ -11,7 +11,7 @@ from tensorgate.instances.thread_instance import ThreadInstance
 
 def placements(groups: list[InstanceGroup], device_id: int | None = None) -> list[tuple[Device, str]]:
     """(device, isolation) for every instance the groups ask for: ``count`` per listed device."""
-    result = []
+    result: list[tuple[Device, str]] = []
     for group in groups:
         devices = group.devices or ([device_id] if device_id is not None else [0])
         if group.kind == "cpu":
@@ -26,5 +26,6 @@ def create_instance(name: str, backend: str, spec: LoadSpec, isolation: str) -> 
     if isolation == "process":
         from tensorgate.instances.process_instance import ProcessInstance
 
-        return ProcessInstance(name, backend, spec)
+        instance: Instance = ProcessInstance(name, backend, spec)
+        return instance
     return ThreadInstance(name, create_backend(backend), spec)

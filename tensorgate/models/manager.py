@@ -92,15 +92,23 @@ class ModelManager:
             vmetrics = self._metrics.for_version(name, version)
             vmetrics.metrics.load_seconds.labels(name, str(version)).observe(self._clock.now() - started)
             model_version = ModelVersion(
-                name, version, _PLATFORMS.get(source.backend, source.backend), specs, InstancePool(instances),
-                _queue_settings(source.config.dynamic_batching), self._clock, vmetrics,
+                name,
+                version,
+                _PLATFORMS.get(source.backend, source.backend),
+                specs,
+                InstancePool(instances),
+                _queue_settings(source.config.dynamic_batching),
+                self._clock,
+                vmetrics,
             )
             status.state = VersionState.WARMING
             warm_started = self._clock.now()
-            await asyncio.gather(*(
-                warm_up(i, source.config.warmup, specs.inputs, specs.max_batch_size > 0, vsource.directory)
-                for i in instances
-            ))
+            await asyncio.gather(
+                *(
+                    warm_up(i, source.config.warmup, specs.inputs, specs.max_batch_size > 0, vsource.directory)
+                    for i in instances
+                )
+            )
             vmetrics.metrics.warmup_seconds.labels(name, str(version)).observe(self._clock.now() - warm_started)
         except ModelLoadError as exc:
             status.state, status.reason = VersionState.FAILED, str(exc)
@@ -120,7 +128,11 @@ class ModelManager:
         vmetrics.metrics.model_ready.labels(name, str(version)).set(1)
         log.info(
             "model %s version %d is READY (%d instance(s), max batch %d, %.0f ms)",
-            name, version, len(instances), specs.max_batch_size, (self._clock.now() - started) * 1000,
+            name,
+            version,
+            len(instances),
+            specs.max_batch_size,
+            (self._clock.now() - started) * 1000,
         )
 
     def all_ready(self) -> bool:

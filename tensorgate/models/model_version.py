@@ -75,7 +75,8 @@ class ModelVersion:
     async def infer(self, request: InferRequest) -> InferResponse:
         if not self.ready:
             raise Unavailable(
-                f"model '{self.name}' version {self.version} is not ready ({self.state.value})", retry_after_s=1.0
+                f"model '{self.name}' version {self.version} is not ready ({self.state.value})",
+                retry_after_s=1.0,
             )
         try:
             rows, key = validate_inputs(self.name, request.inputs, self.specs.inputs, self.specs.max_batch_size)

@@ -5,6 +5,7 @@ HTTP and gRPC are thin layers over this one object, so a feature written here wo
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from tensorgate.errors import NotFound, TensorgateError
@@ -60,8 +61,14 @@ class InferenceService:
             if not entry.statuses:
                 rows.append({"name": name, "state": "UNAVAILABLE", "reason": entry.problem})
             for version, status in sorted(entry.statuses.items()):
-                rows.append({"name": name, "version": str(version), "state": status.state.value,
-                             "reason": status.reason})
+                rows.append(
+                    {
+                        "name": name,
+                        "version": str(version),
+                        "state": status.state.value,
+                        "reason": status.reason,
+                    }
+                )
         return rows
 
     def statistics(self, name: str | None, version: int | None) -> list[dict[str, Any]]:
@@ -75,28 +82,34 @@ class InferenceService:
         out = []
         for mv in sorted(targets, key=lambda v: (v.name, v.version)):
             s = mv.scheduler.stats
-            out.append({
-                "name": mv.name,
-                "version": str(mv.version),
-                "last_inference": s.last_inference_ms,
-                "inference_count": s.inference_count,
-                "execution_count": s.execution_count,
-                "inference_stats": {
-                    "success": {"count": s.success_count, "ns": s.success_ns},
-                    "fail": {"count": s.fail_count, "ns": s.fail_ns},
-                    "queue": {"count": s.queue_count, "ns": s.queue_ns},
-                    "compute_input": {"count": s.compute_count, "ns": 0},
-                    "compute_infer": {"count": s.compute_count, "ns": s.compute_ns},
-                    "compute_output": {"count": s.compute_count, "ns": 0},
-                    "cache_hit": {"count": 0, "ns": 0},
-                    "cache_miss": {"count": 0, "ns": 0},
-                },
-                "batch_stats": [
-                    {"batch_size": rows, "compute_input": {"count": c, "ns": 0},
-                     "compute_infer": {"count": c, "ns": ns}, "compute_output": {"count": c, "ns": 0}}
-                    for rows, (c, ns) in sorted(s.batch_stats.items())
-                ],
-            })
+            out.append(
+                {
+                    "name": mv.name,
+                    "version": str(mv.version),
+                    "last_inference": s.last_inference_ms,
+                    "inference_count": s.inference_count,
+                    "execution_count": s.execution_count,
+                    "inference_stats": {
+                        "success": {"count": s.success_count, "ns": s.success_ns},
+                        "fail": {"count": s.fail_count, "ns": s.fail_ns},
+                        "queue": {"count": s.queue_count, "ns": s.queue_ns},
+                        "compute_input": {"count": s.compute_count, "ns": 0},
+                        "compute_infer": {"count": s.compute_count, "ns": s.compute_ns},
+                        "compute_output": {"count": s.compute_count, "ns": 0},
+                        "cache_hit": {"count": 0, "ns": 0},
+                        "cache_miss": {"count": 0, "ns": 0},
+                    },
+                    "batch_stats": [
+                        {
+                            "batch_size": rows,
+                            "compute_input": {"count": c, "ns": 0},
+                            "compute_infer": {"count": c, "ns": ns},
+                            "compute_output": {"count": c, "ns": 0},
+                        }
+                        for rows, (c, ns) in sorted(s.batch_stats.items())
+                    ],
+                }
+            )
         return out
 
     # -- inference -------------------------------------------------------------------------------
@@ -107,7 +120,5 @@ class InferenceService:
 
     def count_failure(self, name: str, version: int | None, error: TensorgateError) -> None:
         """Count a request for a loaded model that failed before ``infer`` (e.g. an undecodable body)."""
-        try:
+        with contextlib.suppress(TensorgateError):  # unknown models create no metric series
             self.router.route(name, version).count_failure(error)
-        except TensorgateError:
-            pass  # unknown models create no metric series

@@ -83,7 +83,8 @@ def resolve_specs(
         if config.dynamic_batching is not None or (asked or 0) > 0:
             log.warning(
                 "model %s has a fixed batch dimension, so requests cannot share a call: serving it unbatched "
-                "(one request per execution) although its configuration asks for batching", model,
+                "(one request per execution) although its configuration asks for batching",
+                model,
             )
         max_batch_size = 0
     else:
@@ -96,7 +97,7 @@ def resolve_specs(
         tail = shape[1:] if max_batch_size > 0 else shape
         model_tail = first.shape[1:] if max_batch_size > 0 else first.shape
         merged = _merge_shape(model_tail, tail, f"input_shape {list(shape)} for input '{first.name}'")
-        full = ((-1, *merged) if max_batch_size > 0 else merged)
+        full = (-1, *merged) if max_batch_size > 0 else merged
         inputs = (TensorSpec(first.name, first.datatype, full), *inputs[1:])
 
     db = config.dynamic_batching

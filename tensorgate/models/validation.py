@@ -22,9 +22,7 @@ def validate_inputs(
     expected = {s.name for s in specs}
     unknown = sorted(set(inputs) - expected)
     if unknown:
-        raise InvalidInput(
-            f"unexpected input(s) {unknown} for model '{model}'; expected {sorted(expected)}"
-        )
+        raise InvalidInput(f"unexpected input(s) {unknown} for model '{model}'; expected {sorted(expected)}")
     missing = sorted(expected - set(inputs))
     if missing:
         raise InvalidInput(
@@ -63,9 +61,7 @@ def validate_inputs(
         if rows < 1:
             raise InvalidInput(f"batch size 0 is not allowed for model '{model}'")
         if rows > max_batch_size:
-            raise InvalidInput(
-                f"batch size {rows} exceeds the maximum batch size {max_batch_size} of model '{model}'"
-            )
+            raise InvalidInput(f"batch size {rows} exceeds the maximum batch size {max_batch_size} of model '{model}'")
     return (rows or 1), tuple(key)
 
 

@@ -71,7 +71,11 @@ def build_sample(
 
 
 async def warm_up(
-    instance: Instance, samples: list[WarmupSample], specs: tuple[TensorSpec, ...], batched: bool, directory: Path
+    instance: Instance,
+    samples: list[WarmupSample],
+    specs: tuple[TensorSpec, ...],
+    batched: bool,
+    directory: Path,
 ) -> None:
     for sample in samples:
         inputs = build_sample(sample, specs, batched, directory)

@@ -19,7 +19,23 @@ from prometheus_client import (
 
 # Latency buckets from 0.5 ms to 60 s: small models answer in ~1 ms, generation runs for seconds.
 LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    0.0005,
+    0.001,
+    0.002,
+    0.004,
+    0.008,
+    0.016,
+    0.032,
+    0.064,
+    0.128,
+    0.256,
+    0.512,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
 )
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
 LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -36,41 +52,72 @@ class Metrics:
         mv = ["model", "version"]
         self.requests = Counter("tensorgate_requests", "Inference requests by outcome.", [*mv, "outcome"], registry=r)
         self.request_seconds = Histogram(
-            "tensorgate_request_duration_seconds", "End-to-end time in the server, admission to answer.",
-            mv, buckets=LATENCY_BUCKETS, registry=r,
+            "tensorgate_request_duration_seconds",
+            "End-to-end time in the server, admission to answer.",
+            mv,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.queue_seconds = Histogram(
-            "tensorgate_queue_duration_seconds", "Time from admission to dispatch to an instance.",
-            mv, buckets=LATENCY_BUCKETS, registry=r,
+            "tensorgate_queue_duration_seconds",
+            "Time from admission to dispatch to an instance.",
+            mv,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.compute_seconds = Histogram(
-            "tensorgate_compute_duration_seconds", "Time an instance spent executing each batch.",
-            mv, buckets=LATENCY_BUCKETS, registry=r,
+            "tensorgate_compute_duration_seconds",
+            "Time an instance spent executing each batch.",
+            mv,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.batch_size = Histogram(
-            "tensorgate_batch_size", "Rows per executed batch.", mv, buckets=BATCH_BUCKETS, registry=r,
+            "tensorgate_batch_size",
+            "Rows per executed batch.",
+            mv,
+            buckets=BATCH_BUCKETS,
+            registry=r,
         )
         self.batch_releases = Counter(
-            "tensorgate_batch_releases", "Why each batch was released.", [*mv, "reason"], registry=r,
+            "tensorgate_batch_releases",
+            "Why each batch was released.",
+            [*mv, "reason"],
+            registry=r,
         )
         self.executions = Counter("tensorgate_executions", "Model executions (batches run).", mv, registry=r)
         self.queue_depth = Gauge(
-            "tensorgate_queue_depth", "Requests waiting, per priority level.", [*mv, "priority"], registry=r,
+            "tensorgate_queue_depth",
+            "Requests waiting, per priority level.",
+            [*mv, "priority"],
+            registry=r,
         )
         self.inflight = Gauge("tensorgate_inflight_requests", "Requests admitted and not yet answered.", mv, registry=r)
         self.instance_healthy = Gauge(
-            "tensorgate_instance_healthy", "1 when the instance can take work.", [*mv, "instance"], registry=r,
+            "tensorgate_instance_healthy",
+            "1 when the instance can take work.",
+            [*mv, "instance"],
+            registry=r,
         )
         self.instance_restarts = Counter(
-            "tensorgate_instance_restarts", "Instance (worker process) restarts.", [*mv, "instance"], registry=r,
+            "tensorgate_instance_restarts",
+            "Instance (worker process) restarts.",
+            [*mv, "instance"],
+            registry=r,
         )
         self.load_seconds = Histogram(
-            "tensorgate_model_load_duration_seconds", "Time to load a model version.", mv,
-            buckets=LOAD_BUCKETS, registry=r,
+            "tensorgate_model_load_duration_seconds",
+            "Time to load a model version.",
+            mv,
+            buckets=LOAD_BUCKETS,
+            registry=r,
         )
         self.warmup_seconds = Histogram(
-            "tensorgate_model_warmup_duration_seconds", "Time to warm up a model version.", mv,
-            buckets=LOAD_BUCKETS, registry=r,
+            "tensorgate_model_warmup_duration_seconds",
+            "Time to warm up a model version.",
+            mv,
+            buckets=LOAD_BUCKETS,
+            registry=r,
         )
         self.model_ready = Gauge("tensorgate_model_ready", "1 when the version is READY.", mv, registry=r)
 

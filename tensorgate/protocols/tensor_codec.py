@@ -58,9 +58,7 @@ def from_json_data(data: object, datatype: DataType, shape: tuple[int, ...], cou
                 f"input '{name}': data cannot be read as {datatype.value} ({_first_line(exc)})"
             ) from None
     if array.size != count:
-        raise InvalidInput(
-            f"input '{name}': shape {list(shape)} needs {count} elements, but data holds {array.size}"
-        )
+        raise InvalidInput(f"input '{name}': shape {list(shape)} needs {count} elements, but data holds {array.size}")
     return array.reshape(shape)
 
 

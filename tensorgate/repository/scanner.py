@@ -97,7 +97,10 @@ def scan_repository(root: Path) -> list[ModelSource]:
         if not _inside(root, model_dir):
             sources.append(
                 ModelSource(
-                    name=model_dir.name, backend="unknown", config=ModelConfig(), versions=(),
+                    name=model_dir.name,
+                    backend="unknown",
+                    config=ModelConfig(),
+                    versions=(),
                     problems=(f"{model_dir.name} points outside the model repository",),
                 )
             )

@@ -119,8 +119,13 @@ class Scheduler:
         deadline = None if timeout is None else now + timeout
         loop = asyncio.get_running_loop()
         item = Pending(
-            request=request, rows=rows, shape_key=shape_key, priority=self._priority(request),
-            arrival=now, deadline=deadline, future=loop.create_future(),
+            request=request,
+            rows=rows,
+            shape_key=shape_key,
+            priority=self._priority(request),
+            arrival=now,
+            deadline=deadline,
+            future=loop.create_future(),
         )
         try:
             self._queue.admit(item)  # raises QueueFull at once, never blocks
@@ -247,7 +252,10 @@ class Scheduler:
                 for item in batch:
                     item.attempts += 1
                     if item.attempts > 1:
-                        settle(item.future, InternalError(f"model '{self.model}' failed twice: its instance died"))
+                        settle(
+                            item.future,
+                            InternalError(f"model '{self.model}' failed twice: its instance died"),
+                        )
                     else:
                         retry.append(item)
                 return
@@ -294,8 +302,12 @@ class Scheduler:
         if wanted:
             outputs = {name: outputs[name] for name in wanted}
         return InferResponse(
-            model=self.model, version=self.version, outputs=outputs, id=item.request.id,
-            queue_s=started - item.arrival, compute_s=elapsed,
+            model=self.model,
+            version=self.version,
+            outputs=outputs,
+            id=item.request.id,
+            queue_s=started - item.arrival,
+            compute_s=elapsed,
         )
 
     # -- lifecycle -------------------------------------------------------------------------------

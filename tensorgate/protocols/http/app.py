@@ -271,8 +271,14 @@ class HttpApp:
         statuses = [s for v, s in sorted(entry.statuses.items()) if version is None or v == version]
         if version is not None and not statuses:
             raise NotFound(f"unknown version {version} of model '{name}'")
-        states = {"READY": "AVAILABLE", "LOADING": "LOADING", "WARMING": "LOADING", "DRAINING": "UNLOADING",
-                  "UNLOADED": "END", "FAILED": "END"}
+        states = {
+            "READY": "AVAILABLE",
+            "LOADING": "LOADING",
+            "WARMING": "LOADING",
+            "DRAINING": "UNLOADING",
+            "UNLOADED": "END",
+            "FAILED": "END",
+        }
         return {
             "model_version_status": [
                 {
@@ -286,9 +292,7 @@ class HttpApp:
 
     # -- responses -------------------------------------------------------------------------------
 
-    async def _send(
-        self, call: Call, send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
-    ) -> None:
+    async def _send(self, call: Call, send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         call.status = status
         out = [*headers, (b"x-request-id", call.request_id.encode("latin-1"))]
         if self._service.draining:
@@ -315,11 +319,20 @@ class HttpApp:
         if not access_log.isEnabledFor(logging.INFO):
             return
         access_log.info(
-            "%s %s %d", call.method, call.path[:200], call.status,
+            "%s %s %d",
+            call.method,
+            call.path[:200],
+            call.status,
             extra={
-                "request_id": call.request_id, "protocol": "http", "method": call.method,
-                "path": call.path[:200], "model": call.model, "version": call.version, "status": call.status,
-                "queue_ms": round(call.queue_ms, 3), "compute_ms": round(call.compute_ms, 3),
+                "request_id": call.request_id,
+                "protocol": "http",
+                "method": call.method,
+                "path": call.path[:200],
+                "model": call.model,
+                "version": call.version,
+                "status": call.status,
+                "queue_ms": round(call.queue_ms, 3),
+                "compute_ms": round(call.compute_ms, 3),
                 "total_ms": round((self._clock.now() - started) * 1000, 3),
             },
         )

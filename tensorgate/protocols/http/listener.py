@@ -16,7 +16,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry, make_asgi_app
 
 
-class _Uvicorn(uvicorn.Server):
+class _Uvicorn(uvicorn.Server):  # type: ignore[misc]
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
@@ -24,7 +24,13 @@ class _Uvicorn(uvicorn.Server):
 
 class HttpListener:
     def __init__(
-        self, name: str, app: Any, sock: socket.socket, *, keep_alive_s: float = 75.0, exit_timeout_s: float = 30.0
+        self,
+        name: str,
+        app: Any,
+        sock: socket.socket,
+        *,
+        keep_alive_s: float = 75.0,
+        exit_timeout_s: float = 30.0,
     ) -> None:
         self.name = name
         self._socket = sock

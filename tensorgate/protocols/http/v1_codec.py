@@ -35,7 +35,7 @@ def _bytes_array(value: Any, where: str) -> Array:
                 raise InvalidInput(f"{where}: invalid base64 in 'b64'") from None
         if isinstance(item, str):
             return item.encode("utf-8")
-        raise InvalidInput(f"{where}: BYTES values are strings or {{\"b64\": ...}} objects")
+        raise InvalidInput(f'{where}: BYTES values are strings or {{"b64": ...}} objects')
 
     converted = convert(value)
     try:
@@ -92,9 +92,13 @@ def decode_predict(
 
 def _jsonable(array: Array) -> Any:
     if array.dtype == object:
-        return np.vectorize(
-            lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b), otypes=[object]
-        )(array).tolist() if array.size else array.tolist()
+        return (
+            np.vectorize(lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b), otypes=[object])(
+                array
+            ).tolist()
+            if array.size
+            else array.tolist()
+        )
     if array.dtype == np.float16:
         array = array.astype(np.float32)
     return array.tolist()

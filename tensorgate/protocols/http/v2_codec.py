@@ -117,7 +117,7 @@ def decode_infer(
     view = memoryview(body)
     json_part = view if header_length is None else view[:header_length]
     document = loads_object(json_part, limits)
-    binary = view[header_length:] if header_length is not None else view[len(view):]
+    binary = view[header_length:] if header_length is not None else view[len(view) :]
 
     raw_inputs = document.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
@@ -169,8 +169,14 @@ def decode_infer(
     if not isinstance(request_id, str):
         raise InvalidInput("'id' must be a string")
     request = InferRequest(
-        model=model, version=version, inputs=inputs, outputs=outputs, parameters=params,
-        priority=priority, timeout_s=timeout, id=request_id,
+        model=model,
+        version=version,
+        inputs=inputs,
+        outputs=outputs,
+        parameters=params,
+        priority=priority,
+        timeout_s=timeout,
+        id=request_id,
     )
     return request, prefs
 
@@ -234,4 +240,3 @@ def encode_infer(response: InferResponse, prefs: OutputPrefs) -> tuple[bytes, in
 
 def dumps(document: Any) -> bytes:
     return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
-

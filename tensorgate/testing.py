@@ -1,0 +1,153 @@
+"""Client-side testing helpers: run a real ``tensorgate serve`` process and wait for readiness.
+
+Used by the project's own end-to-end tests and benchmarks, and public so users can test their
+model repositories the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+
+class ServerProcess:
+    """``tensorgate serve`` on free loopback ports, as a context manager.
+
+    Extra arguments are passed through; ports come back through ``--ports-file`` so tests never
+    guess a free port. ``start`` waits for ``/v2/health/ready`` with a deadline, never a fixed sleep.
+    """
+
+    def __init__(
+        self,
+        *args: str,
+        ready_timeout_s: float = 60.0,
+        wait_ready: bool = True,
+        env: dict[str, str] | None = None,
+        grpc: bool = False,
+    ) -> None:
+        self._args = list(args)
+        self._ready_timeout_s = ready_timeout_s
+        self._wait_ready = wait_ready
+        self._env = env
+        self._grpc = grpc
+        self._tmp = tempfile.TemporaryDirectory(prefix="tensorgate-test-")
+        self.ports: dict[str, int] = {}
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = Path(self._tmp.name) / "server.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['http']}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.ports['http']}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.ports['grpc']}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['metrics']}/metrics"
+
+    def start(self) -> ServerProcess:
+        ports_file = Path(self._tmp.name) / "ports.json"
+        command = [
+            sys.executable,
+            "-m",
+            "tensorgate",
+            "serve",
+            "--http-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--ports-file",
+            str(ports_file),
+            *self._args,
+        ]
+        if not any(a == "--grpc-port" for a in self._args):
+            command += ["--grpc-port", "0"]
+        env = {**os.environ, **(self._env or {})}
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + self._ready_timeout_s
+        while not ports_file.exists():
+            self._check_alive()
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"server did not bind its ports in time; log:\n{self.log()}")
+            time.sleep(0.02)
+        self.ports = json.loads(ports_file.read_text())
+        if self._wait_ready:
+            self.wait_ready(deadline - time.monotonic())
+        return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                self._check_alive()
+                try:
+                    if client.get(self.url + "/v2/health/ready").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"server not ready within {timeout_s:.0f} s; log:\n{self.log()}")
+                time.sleep(0.02)
+
+    def _check_alive(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"server exited with {self.process.returncode}; log:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-20000:]
+        except OSError:
+            return ""
+
+    def log_records(self) -> list[dict[str, Any]]:
+        records = []
+        for line in self.log().splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+        return records
+
+    def signal(self, sig: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM, wait for a clean exit (or kill after ``timeout_s``); returns the exit code."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        return self.process.returncode
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+        self._tmp.cleanup()

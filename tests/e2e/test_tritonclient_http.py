@@ -1,0 +1,59 @@
+"""Triton's own HTTP client against a real server: JSON and binary tensors, metadata, readiness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.http as httpclient
+
+from tensorgate.testing import ServerProcess
+
+
+def _reference(repo: Path, model: str, name: str, array: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(str(repo / model / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
+    return session.run(None, {name: array})[0]
+
+
+@pytest.fixture()
+def client(example_server: ServerProcess) -> httpclient.InferenceServerClient:
+    c = httpclient.InferenceServerClient(example_server.http_address)
+    yield c
+    c.close()
+
+
+def test_health_and_metadata(client: httpclient.InferenceServerClient) -> None:
+    assert client.is_server_live()
+    assert client.is_server_ready()
+    assert client.is_model_ready("mlp")
+    meta = client.get_model_metadata("mlp")
+    assert meta["inputs"] == [{"name": "features", "datatype": "FP32", "shape": [-1, 16]}]
+    assert meta["outputs"][0]["name"] == "probabilities"
+    assert client.get_server_metadata()["name"] == "tensorgate"
+
+
+@pytest.mark.parametrize("binary_in", [False, True])
+@pytest.mark.parametrize("binary_out", [False, True])
+def test_infer_matches_onnxruntime(
+    client: httpclient.InferenceServerClient, example_repo: Path, binary_in: bool, binary_out: bool
+) -> None:
+    rng = np.random.default_rng(1)
+    images = rng.standard_normal((3, 3, 32, 32)).astype(np.float32)
+    inp = httpclient.InferInput("image", list(images.shape), "FP32")
+    inp.set_data_from_numpy(images, binary_data=binary_in)
+    out = httpclient.InferRequestedOutput("probabilities", binary_data=binary_out)
+    result = client.infer("cnn", [inp], outputs=[out], request_id="req-7")
+    got = result.as_numpy("probabilities")
+    np.testing.assert_allclose(got, _reference(example_repo, "cnn", "image", images), rtol=1e-5, atol=1e-6)
+    response = result.get_response()
+    assert response["id"] == "req-7"
+    assert response["model_version"] == "1"
+
+
+def test_unknown_model_is_an_error(client: httpclient.InferenceServerClient) -> None:
+    from tritonclient.utils import InferenceServerException
+
+    with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+        client.get_model_metadata("nope")
