@@ -8,7 +8,7 @@ of memory. The scheduler only hands a batch to an instance that the pool reports
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tensorgate.backends.base import Device
 from tensorgate.types import Array, TensorSpec
@@ -25,10 +25,16 @@ class ModelFailed(Exception):
     """The model itself raised on a batch. Not retried: the same inputs would fail again."""
 
 
+HealthListener = Callable[["Instance", bool], None]
+
+
 class Instance(abc.ABC):
     def __init__(self, name: str, device: Device) -> None:
         self.name = name
         self.device = device
+        # Set by the owner to hear when the instance leaves or rejoins rotation (restart, death).
+        self.on_health_change: HealthListener | None = None
+        self.on_restart: Callable[[Instance], None] | None = None
 
     @abc.abstractmethod
     async def start(self) -> None:

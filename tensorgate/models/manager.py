@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tensorgate.backends.base import LoadSpec
@@ -122,6 +123,8 @@ class ModelManager:
             return
         for instance in instances:
             vmetrics.instance_health(instance.name, True)
+            instance.on_health_change = _health_listener(model_version)
+            instance.on_restart = _restart_listener(model_version)
         model_version.state = VersionState.READY
         status.state = VersionState.READY
         entry.versions[version] = model_version
@@ -142,6 +145,22 @@ class ModelManager:
     async def aclose(self, drain_timeout_s: float) -> None:
         versions = [v for entry in self.models.values() for v in entry.versions.values()]
         await asyncio.gather(*(v.aclose(drain_timeout_s) for v in versions))
+
+
+def _health_listener(version: ModelVersion) -> Callable[[Instance, bool], None]:
+    def changed(instance: Instance, healthy: bool) -> None:
+        version.metrics.instance_health(instance.name, healthy)
+        if healthy:
+            version.scheduler.poke()  # requests may be waiting for this instance
+
+    return changed
+
+
+def _restart_listener(version: ModelVersion) -> Callable[[Instance], None]:
+    def restarted(instance: Instance) -> None:
+        version.metrics.instance_restart(instance.name)
+
+    return restarted
 
 
 async def _close_all(instances: list[Instance]) -> None:

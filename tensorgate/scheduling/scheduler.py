@@ -177,6 +177,10 @@ class Scheduler:
 
     # -- dispatch --------------------------------------------------------------------------------
 
+    def poke(self) -> None:
+        """Look at the queue again: an instance rejoined the pool (restarted, or became healthy)."""
+        self._pump()
+
     def _pump(self) -> None:
         """Expire, then dispatch every batch the policy releases; arm a timer for the next look."""
         try:

@@ -1,0 +1,263 @@
+"""An instance in a worker process of its own (``isolation: process``).
+
+For Python models that hold the GIL (two processes give twice the throughput of one) and for any
+model whose crash must not touch the server. One process per instance, as operators run one
+process per device. Tensors cross through shared memory (see ``wire``), never pickled.
+
+If the worker dies, the batch it was running fails with :class:`InstanceDied` (the scheduler
+retries it once elsewhere), the instance turns unhealthy, and it is restarted with backoff. After
+``CRASH_LOOP_LIMIT`` consecutive failed starts it stays down and the pool reports it unhealthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+from collections.abc import Mapping
+
+from tensorgate.backends.base import LoadSpec
+from tensorgate.errors import ModelLoadError
+from tensorgate.instances.base import Instance, InstanceDied, ModelFailed
+from tensorgate.instances.wire import (
+    HEADER,
+    Frame,
+    Kind,
+    Region,
+    decode_header,
+    decode_meta,
+    encode_frame,
+    read_tensors,
+    write_tensors,
+)
+from tensorgate.instances.worker_main import load_spec_to_json
+from tensorgate.types import Array, DataType, TensorSpec
+
+log = logging.getLogger(__name__)
+
+LOAD_TIMEOUT_S = 300.0
+EXECUTE_TIMEOUT_S = 120.0  # a batch running longer is a hung worker: killed and retried elsewhere
+BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+CRASH_LOOP_LIMIT = 5
+
+
+def _specs(raw: object) -> tuple[TensorSpec, ...]:
+    assert isinstance(raw, list)
+    return tuple(TensorSpec(str(s["name"]), DataType.parse(s["datatype"]), tuple(s["shape"])) for s in raw)
+
+
+class ProcessInstance(Instance):
+    def __init__(self, name: str, backend: str, spec: LoadSpec) -> None:
+        super().__init__(name, spec.device)
+        self._backend = backend
+        self._spec = spec
+        self._process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._inputs: Region | None = None
+        self._outputs: Region | None = None
+        self._pending: asyncio.Future[Frame] | None = None
+        self._seq = 0
+        self._inputs_spec: tuple[TensorSpec, ...] = ()
+        self._outputs_spec: tuple[TensorSpec, ...] = ()
+        self._healthy = False
+        self._closing = False
+        self._restarts = 0
+        self._watch: asyncio.Task[None] | None = None
+        self._restart_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._spawn()
+
+    async def _spawn(self) -> None:
+        inputs = Region.create(f"tg-{self.name}-in", 1 << 16)
+        outputs = Region.create(f"tg-{self.name}-out", 1 << 16)
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds = (child.fileno(), inputs.fd, outputs.fd)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tensorgate.instances.worker_main",
+                "--backend",
+                self._backend,
+                "--control-fd",
+                str(fds[0]),
+                "--input-fd",
+                str(fds[1]),
+                "--output-fd",
+                str(fds[2]),
+                stdin=asyncio.subprocess.PIPE,
+                pass_fds=fds,
+            )
+        except OSError as exc:
+            parent.close()
+            child.close()
+            inputs.close()
+            outputs.close()
+            raise ModelLoadError(f"cannot start a worker process: {exc.strerror}") from exc
+        child.close()
+        assert process.stdin is not None
+        process.stdin.write(load_spec_to_json(self._spec).encode() + b"\n")
+        await process.stdin.drain()
+        process.stdin.close()
+        reader, writer = await asyncio.open_unix_connection(sock=parent)
+        self._process, self._reader, self._writer = process, reader, writer
+        self._inputs, self._outputs = inputs, outputs
+        try:
+            frame = await asyncio.wait_for(self._read_frame(), LOAD_TIMEOUT_S)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
+            await self._terminate()
+            raise ModelLoadError(f"worker for {self.name} did not start: {type(exc).__name__}") from exc
+        if frame.kind is Kind.LOAD_FAILED:
+            await self._terminate()
+            raise ModelLoadError(str(frame.meta.get("error", "the worker failed to load the model")))
+        if frame.kind is not Kind.READY:
+            await self._terminate()
+            raise ModelLoadError("the worker answered its start with an unexpected frame")
+        self._inputs_spec = _specs(frame.meta["inputs"])
+        self._outputs_spec = _specs(frame.meta["outputs"])
+        self._watch = asyncio.get_running_loop().create_task(self._watch_worker(process, reader))
+        self._set_health(True)
+        log.info("worker %s started (pid %d)", self.name, process.pid)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    def _set_health(self, healthy: bool) -> None:
+        if healthy != self._healthy:
+            self._healthy = healthy
+            if self.on_health_change is not None:
+                self.on_health_change(self, healthy)
+
+    async def aclose(self) -> None:
+        self._closing = True
+        if self._restart_task is not None:
+            self._restart_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._restart_task
+        await self._terminate()
+
+    async def _terminate(self) -> None:
+        self._set_health(False)
+        if self._watch is not None and self._watch is not asyncio.current_task():
+            self._watch.cancel()
+        if self._writer is not None:
+            self._writer.close()  # the worker sees EOF and exits on its own
+        process = self._process
+        if process is not None and process.returncode is None:
+            try:
+                await asyncio.wait_for(process.wait(), 5.0)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        for region in (self._inputs, self._outputs):
+            if region is not None:
+                region.close()
+        self._inputs = self._outputs = None
+        self._reader = self._writer = None
+
+    # -- execution -------------------------------------------------------------------------------
+
+    def input_specs(self) -> tuple[TensorSpec, ...]:
+        return self._inputs_spec
+
+    def output_specs(self) -> tuple[TensorSpec, ...]:
+        return self._outputs_spec
+
+    async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        if not self._healthy or self._writer is None or self._inputs is None or self._outputs is None:
+            raise InstanceDied(f"worker {self.name} is not running")
+        self._seq = (self._seq + 1) & 0xFFFFFFFF
+        described = write_tensors(self._inputs, inputs)
+        future: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        self._pending = future
+        self._writer.write(encode_frame(Kind.EXECUTE, self._seq, self._inputs.size, {"tensors": described}))
+        try:
+            frame = await asyncio.wait_for(asyncio.shield(future), EXECUTE_TIMEOUT_S)
+        except TimeoutError:
+            log.error("worker %s hung for %.0f s on one batch: killing it", self.name, EXECUTE_TIMEOUT_S)
+            self._kill()
+            raise InstanceDied(f"worker {self.name} hung") from None
+        finally:
+            self._pending = None
+        if frame.kind is Kind.ERROR:
+            raise ModelFailed(str(frame.meta.get("error", "model error")))
+        if frame.kind is not Kind.RESULT or frame.seq != self._seq:
+            raise InstanceDied(f"worker {self.name} answered out of turn")
+        self._outputs.ensure(frame.region_size, grow_file=False)
+        return read_tensors(self._outputs, frame.meta.get("tensors"), copy=True)
+
+    def _kill(self) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+
+    async def _read_frame(self) -> Frame:
+        assert self._reader is not None
+        header = await self._reader.readexactly(HEADER.size)
+        kind, seq, region_size, meta_len = decode_header(header)
+        meta = decode_meta(await self._reader.readexactly(meta_len))
+        return Frame(kind, seq, region_size, meta)
+
+    async def _watch_worker(self, process: asyncio.subprocess.Process, reader: asyncio.StreamReader) -> None:
+        """Read answers until the worker goes away; then fail its batch and restart it."""
+        try:
+            while True:
+                frame = await self._read_frame()
+                if self._pending is not None and not self._pending.done():
+                    self._pending.set_result(frame)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            return
+        except Exception:  # a malformed frame: treat the worker as broken
+            log.exception("worker %s sent a bad frame", self.name)
+            self._kill()
+        code = await process.wait()
+        if self._pending is not None and not self._pending.done():
+            self._pending.set_exception(InstanceDied(f"worker {self.name} exited with code {code}"))
+        if self._closing:
+            return
+        log.warning("worker %s (pid %d) exited with code %s: restarting", self.name, process.pid, code)
+        self._set_health(False)
+        self._restart_task = asyncio.get_running_loop().create_task(self._restart())
+
+    async def _restart(self) -> None:
+        await self._terminate_quietly()
+        for attempt in range(CRASH_LOOP_LIMIT):
+            await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+            if self._closing:
+                return
+            try:
+                await self._spawn()
+            except ModelLoadError as exc:
+                log.error("worker %s restart %d failed: %s", self.name, attempt + 1, exc)
+                continue
+            self._restarts += 1
+            if self.on_restart is not None:
+                self.on_restart(self)
+            return
+        log.error("worker %s failed %d restarts in a row: leaving it down", self.name, CRASH_LOOP_LIMIT)
+
+    async def _terminate_quietly(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._writer is not None:
+                self._writer.close()
+            for region in (self._inputs, self._outputs):
+                if region is not None:
+                    region.close()
+            self._inputs = self._outputs = None
+            self._reader = self._writer = None

@@ -1,0 +1,77 @@
+"""Model repositories built by tests: Python models with known timing and behaviour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Adds 1 to its input after sleeping ``delay_ms``; ``first_call_ms`` makes the first call slow
+# (the cost a warm-up must absorb). ``busy: true`` burns CPU holding the GIL instead of sleeping.
+DELAY_MODEL = """
+import time
+
+import numpy as np
+
+from tensorgate import PythonModel
+
+
+class Delay(PythonModel):
+    def load(self, context):
+        params = context.parameters
+        self.delay = float(params.get("delay_ms", 10)) / 1000.0
+        self.first = float(params.get("first_call_ms", 0)) / 1000.0
+        self.busy = bool(params.get("busy", False))
+        self.crash_marker = params.get("crash_marker")
+
+    def execute(self, inputs):
+        x = inputs["INPUT"]
+        if self.first:
+            time.sleep(self.first)
+            self.first = 0.0
+        if self.busy:
+            end = time.perf_counter() + self.delay
+            while time.perf_counter() < end:
+                pass
+        else:
+            time.sleep(self.delay)
+        if float(np.max(x, initial=0.0)) < -1e6:
+            raise ValueError("model refuses inputs below -1e6")
+        return {"OUTPUT": (x + 1.0).astype(np.float32)}
+"""
+
+
+def write_python_model(
+    repo: Path,
+    name: str,
+    *,
+    code: str = DELAY_MODEL,
+    width: int = 4,
+    max_batch_size: int = 8,
+    parameters: dict[str, Any] | None = None,
+    **config: Any,
+) -> Path:
+    """A Python model ``INPUT`` FP32 [-1, width] -> ``OUTPUT`` FP32 [-1, width]."""
+    model_dir = repo / name
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "1" / "model.py").write_text(code)
+    document: dict[str, Any] = {
+        "backend": "python",
+        "max_batch_size": max_batch_size,
+        "inputs": [{"name": "INPUT", "datatype": "FP32", "shape": [-1, width]}],
+        "outputs": [{"name": "OUTPUT", "datatype": "FP32", "shape": [-1, width]}],
+        "parameters": parameters or {},
+        **config,
+    }
+    (model_dir / "config.yaml").write_text(yaml.safe_dump(document))
+    return model_dir
+
+
+def v2_body(values: list[list[float]], **parameters: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "inputs": [{"name": "INPUT", "datatype": "FP32", "shape": [len(values), len(values[0])], "data": values}]
+    }
+    if parameters:
+        body["parameters"] = parameters
+    return body
