@@ -214,7 +214,14 @@ class HttpApp:
         body = await read_body(receive, length, limit)
         return decompress(body, call.headers.get("content-encoding"), limit)
 
+    def _check_known(self, name: str, version: int | None) -> None:
+        """404 for an unknown model or version before any of the body is read or decoded."""
+        entry = self._service.router.entry(name)
+        if version is not None and version not in entry.versions and version not in entry.statuses:
+            raise NotFound(f"unknown version {version} of model '{name}'")
+
     async def _infer_v2(self, call: Call, name: str, version: int | None, receive: Receive, send: Send) -> None:
+        self._check_known(name, version)
         body = await self._body(call, receive)
         header_length = parse_header_length(call.headers.get("inference-header-content-length"), len(body))
         try:
@@ -233,6 +240,7 @@ class HttpApp:
         await self._send(call, send, 200, payload, [_BINARY if json_length is not None else _JSON, *extra])
 
     async def _predict_v1(self, call: Call, name: str, version: int | None, receive: Receive, send: Send) -> None:
+        self._check_known(name, version)
         body = await self._body(call, receive)
         target = self._service.router.route(name, version)
         try:
@@ -294,7 +302,12 @@ class HttpApp:
 
     async def _send(self, call: Call, send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         call.status = status
-        out = [*headers, (b"x-request-id", call.request_id.encode("latin-1"))]
+        # An explicit length spares every response uvicorn's chunked framing.
+        out = [
+            *headers,
+            (b"content-length", str(len(body)).encode()),
+            (b"x-request-id", call.request_id.encode("latin-1")),
+        ]
         if self._service.draining:
             out.append(_CLOSE)  # tell keep-alive clients and proxies to reconnect elsewhere
         await send({"type": "http.response.start", "status": status, "headers": out})
