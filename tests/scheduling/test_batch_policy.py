@@ -1,0 +1,169 @@
+"""Batch formation, with a manual clock and a simulated pool (no asyncio, no sleeps)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorgate.clock import ManualClock
+from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, decide
+from tensorgate.scheduling.pending import Pending
+from tensorgate.scheduling.request_queue import RequestQueue
+from tensorgate.types import InferRequest
+
+BATCHING = BatchSettings(max_rows=8, batching=True, max_queue_delay_s=0.005, preferred_rows=(4,))
+
+
+def item(
+    clock: ManualClock,
+    rows: int = 1,
+    priority: int = 1,
+    deadline: float | None = None,
+    key: tuple[tuple[int, ...], ...] = ((4,),),
+) -> Pending:
+    return Pending(InferRequest(model="m", inputs={}), rows, key, priority, clock.now(), deadline)
+
+
+def queue_of(*items: Pending, levels: int = 2) -> RequestQueue:
+    queue = RequestQueue(levels, 100)
+    for p in items:
+        queue.admit(p)
+    return queue
+
+
+def test_lone_request_on_an_idle_pool_goes_at_once() -> None:
+    clock = ManualClock()
+    queue = queue_of(item(clock))
+    decision = decide(queue, BATCHING, clock.now(), idle=1, busy=0)
+    assert decision.batch is not None and decision.reason is ReleaseReason.IDLE
+
+
+def test_requests_wait_for_the_window_while_an_instance_is_busy() -> None:
+    clock = ManualClock()
+    queue = queue_of(item(clock), item(clock))
+    decision = decide(queue, BATCHING, clock.now(), idle=1, busy=1)
+    assert decision.batch is None and decision.wake_at == clock.now() + 0.005
+    clock.advance(0.005)
+    decision = decide(queue, BATCHING, clock.now(), idle=1, busy=1)
+    assert decision.reason is ReleaseReason.DELAY and decision.batch is not None and len(decision.batch) == 2
+
+
+def test_window_is_timed_from_the_oldest_arrival() -> None:
+    clock = ManualClock()
+    first = item(clock)
+    clock.advance(0.004)
+    queue = queue_of(first, item(clock))
+    decision = decide(queue, BATCHING, clock.now(), idle=1, busy=1)
+    assert decision.wake_at == first.arrival + 0.005
+
+
+def test_full_and_preferred_and_deadline_releases() -> None:
+    clock = ManualClock()
+    assert decide(queue_of(item(clock, rows=8)), BATCHING, clock.now(), 1, 1).reason is ReleaseReason.FULL
+    assert decide(queue_of(*[item(clock) for _ in range(4)]), BATCHING, clock.now(), 1, 1).reason is (
+        ReleaseReason.PREFERRED
+    )
+    soon = item(clock, deadline=clock.now() + 0.001)
+    assert decide(queue_of(soon), BATCHING, clock.now(), 1, 1).reason is ReleaseReason.DEADLINE
+
+
+def test_only_matching_shapes_share_a_batch() -> None:
+    clock = ManualClock()
+    queue = queue_of(item(clock, key=((4,),)), item(clock, key=((5,),)), item(clock, key=((4,),)))
+    decision = decide(queue, BATCHING, clock.now(), 1, 1)
+    assert decision.batch is not None and len(decision.batch) == 1 and decision.reason is ReleaseReason.FULL
+
+
+def test_nothing_is_released_without_an_idle_instance() -> None:
+    clock = ManualClock()
+    queue = queue_of(item(clock, rows=8), item(clock, deadline=clock.now() + 1))
+    decision = decide(queue, BATCHING, clock.now(), idle=0, busy=2)
+    assert decision.batch is None and decision.wake_at == clock.now() + 1
+
+
+@dataclass
+class Simulation:
+    clock: ManualClock = field(default_factory=ManualClock)
+    queue: RequestQueue = field(default_factory=lambda: RequestQueue(3, 64))
+    busy: list[float] = field(default_factory=list)  # completion times of running batches
+    ended: dict[int, str] = field(default_factory=dict)
+    dispatch_order: list[Pending] = field(default_factory=list)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["arrive", "tick"]),
+            st.integers(1, 3),  # priority
+            st.integers(1, 4),  # rows
+            st.one_of(st.none(), st.floats(0.0, 0.02)),  # relative deadline
+            st.floats(0.0, 0.01),  # time step
+        ),
+        max_size=60,
+    ),
+    st.integers(1, 3),
+)
+def test_properties_under_random_traffic(
+    events: list[tuple[str, int, int, float | None, float]], instances: int
+) -> None:
+    sim = Simulation()
+    config = BatchSettings(max_rows=6, batching=True, max_queue_delay_s=0.004, preferred_rows=(4,))
+    admitted: list[Pending] = []
+    for kind, priority, rows, deadline, step in events:
+        if kind == "arrive":
+            now = sim.clock.now()
+            p = Pending(
+                InferRequest(model="m", inputs={}),
+                rows,
+                (),
+                priority,
+                now,
+                None if deadline is None else now + deadline,
+            )
+            sim.queue.admit(p)
+            admitted.append(p)
+        else:
+            sim.clock.advance(step)
+        now = sim.clock.now()
+        sim.busy = [t for t in sim.busy if t > now]
+        for p in sim.queue.expire(now):
+            assert id(p) not in sim.ended
+            sim.ended[id(p)] = "expired"
+        while True:
+            waiting = list(sim.queue.in_order())
+            decision = decide(sim.queue, config, now, instances - len(sim.busy), len(sim.busy))
+            if decision.batch is None:
+                break
+            batch = decision.batch
+            assert sum(p.rows for p in batch) <= config.max_rows or len(batch) == 1
+            assert batch == waiting[: len(batch)]  # a prefix: priority first, FIFO within a level
+            for p in batch:
+                assert p.deadline is None or p.deadline > now  # no expired request is dispatched
+                assert id(p) not in sim.ended
+                sim.ended[id(p)] = "dispatched"
+            sim.queue.take(batch)
+            sim.dispatch_order.extend(batch)
+            sim.busy.append(now + 0.003)
+    # Drain: time passes until everything has ended exactly once.
+    for _ in range(1000):
+        if len(sim.queue) == 0:
+            break
+        sim.clock.advance(0.001)
+        now = sim.clock.now()
+        sim.busy = [t for t in sim.busy if t > now]
+        for p in sim.queue.expire(now):
+            sim.ended[id(p)] = "expired"
+        decision = decide(sim.queue, config, now, instances - len(sim.busy), len(sim.busy))
+        if decision.batch is not None:
+            for p in decision.batch:
+                sim.ended[id(p)] = "dispatched"
+            sim.queue.take(decision.batch)
+            sim.busy.append(now + 0.003)
+    assert set(sim.ended) == {id(p) for p in admitted}
+    # Within a level, dispatch follows arrival order.
+    for level in (1, 2, 3):
+        arrivals = [p.arrival for p in sim.dispatch_order if p.priority == level]
+        assert arrivals == sorted(arrivals)

@@ -1,0 +1,185 @@
+"""The scheduler driver with fake instances: interleavings forced with events, never sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tensorgate.backends.base import Device
+from tensorgate.clock import MonotonicClock
+from tensorgate.errors import DeadlineExceeded, InternalError, QueueFull
+from tensorgate.instances.base import Instance, InstanceDied
+from tensorgate.instances.pool import InstancePool
+from tensorgate.observability.metrics import Metrics
+from tensorgate.scheduling.batch_policy import BatchSettings
+from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
+from tensorgate.types import Array, DataType, InferRequest, TensorSpec
+
+SPEC = TensorSpec("x", DataType.FP32, (-1, 2))
+
+
+class GatedInstance(Instance):
+    """Runs a batch when the test opens its gate; records every batch it saw."""
+
+    def __init__(self, name: str, *, gated: bool = True, die: bool = False) -> None:
+        super().__init__(name, Device())
+        self.gate = asyncio.Event()
+        if not gated:
+            self.gate.set()
+        self.started = asyncio.Event()
+        self.batches: list[Array] = []
+        self.die = die
+        self.alive = True
+
+    async def start(self) -> None:
+        return None
+
+    def input_specs(self) -> tuple[TensorSpec, ...]:
+        return (SPEC,)
+
+    def output_specs(self) -> tuple[TensorSpec, ...]:
+        return (SPEC,)
+
+    async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        self.batches.append(np.array(inputs["x"]))
+        self.started.set()
+        await self.gate.wait()
+        if self.die:
+            self.alive = False
+            raise InstanceDied("killed by the test")
+        return {"x": inputs["x"] * 10}
+
+    @property
+    def healthy(self) -> bool:
+        return self.alive
+
+    async def aclose(self) -> None:
+        return None
+
+
+def make(
+    *instances: Instance, batching: bool = True, delay_s: float = 10.0, queue: QueueSettings | None = None
+) -> Scheduler:
+    metrics = Metrics(CollectorRegistry(), process=False).for_version("m", 1)
+    return Scheduler(
+        "m",
+        1,
+        InstancePool(instances),
+        BatchSettings(8, batching, delay_s),
+        queue or QueueSettings(),
+        MonotonicClock(),
+        metrics,
+    )
+
+
+def request(value: float, **kwargs: object) -> InferRequest:
+    return InferRequest(model="m", inputs={"x": np.full((1, 2), value, np.float32)}, **kwargs)  # type: ignore[arg-type]
+
+
+async def submit(scheduler: Scheduler, value: float, **kwargs: object) -> Array:
+    response = await scheduler.submit(request(value, **kwargs), 1, ((2,),))
+    return np.asarray(response.outputs["x"])
+
+
+async def test_a_lone_request_is_not_held_for_the_batch_window() -> None:
+    instance = GatedInstance("a", gated=False)
+    scheduler = make(instance, delay_s=3600.0)
+    result = await asyncio.wait_for(submit(scheduler, 1.0), 5.0)
+    assert result.tolist() == [[10.0, 10.0]]
+
+
+async def test_requests_accumulate_while_busy_and_split_back_exactly() -> None:
+    instance = GatedInstance("a")
+    scheduler = make(instance, delay_s=0.0)
+    first = asyncio.ensure_future(submit(scheduler, 0.0))
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    rest = [asyncio.ensure_future(submit(scheduler, float(v))) for v in range(1, 6)]
+    await asyncio.sleep(0)  # let every submit reach the queue
+    instance.gate.set()
+    results = await asyncio.wait_for(asyncio.gather(first, *rest), 5.0)
+    for value, result in enumerate(results):
+        assert result.tolist() == [[value * 10.0, value * 10.0]]
+    assert [len(b) for b in instance.batches] == [1, 5]
+
+
+async def test_a_full_queue_rejects_at_once() -> None:
+    instance = GatedInstance("a")
+    scheduler = make(instance, batching=False, queue=QueueSettings(max_queue_size=2))
+    running = asyncio.ensure_future(submit(scheduler, 0.0))
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    queued = [asyncio.ensure_future(submit(scheduler, 1.0)) for _ in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(QueueFull):
+        await asyncio.wait_for(submit(scheduler, 2.0), 1.0)
+    instance.gate.set()
+    await asyncio.wait_for(asyncio.gather(running, *queued), 5.0)
+
+
+async def test_an_expired_request_never_reaches_the_model() -> None:
+    instance = GatedInstance("a")
+    scheduler = make(instance, batching=False)
+    running = asyncio.ensure_future(submit(scheduler, 0.0))
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    with pytest.raises(DeadlineExceeded):
+        await asyncio.wait_for(submit(scheduler, 7.0, timeout_s=0.01), 5.0)
+    instance.gate.set()
+    await asyncio.wait_for(running, 5.0)
+    assert all(7.0 not in batch for batch in instance.batches)
+    assert scheduler.queued == 0
+
+
+async def test_a_cancelled_request_leaves_the_queue() -> None:
+    instance = GatedInstance("a")
+    scheduler = make(instance, batching=False)
+    running = asyncio.ensure_future(submit(scheduler, 0.0))
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    doomed = asyncio.ensure_future(submit(scheduler, 9.0))
+    await asyncio.sleep(0)
+    assert scheduler.queued == 1
+    doomed.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await doomed
+    assert scheduler.queued == 0
+    instance.gate.set()
+    await asyncio.wait_for(running, 5.0)
+    assert all(9.0 not in batch for batch in instance.batches)
+
+
+async def test_higher_priority_is_dispatched_first() -> None:
+    instance = GatedInstance("a")
+    scheduler = make(instance, batching=False, queue=QueueSettings(priority_levels=2))
+    blocker = asyncio.ensure_future(submit(scheduler, 0.0))
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    low = asyncio.ensure_future(submit(scheduler, 2.0, priority=2))
+    high = asyncio.ensure_future(submit(scheduler, 1.0, priority=1))
+    await asyncio.sleep(0)
+    instance.gate.set()
+    await asyncio.wait_for(asyncio.gather(blocker, low, high), 5.0)
+    assert [float(b[0, 0]) for b in instance.batches] == [0.0, 1.0, 2.0]
+
+
+async def test_a_batch_on_a_dying_instance_is_retried_once_elsewhere() -> None:
+    dying = GatedInstance("dying", die=True)
+    healthy = GatedInstance("healthy", gated=False)
+    scheduler = make(dying, healthy, batching=False)
+    # Occupy the healthy instance's turn so the first request goes to the dying one.
+    result = await asyncio.wait_for(asyncio.gather(submit(scheduler, 3.0), _open_later(dying)), 5.0)
+    assert result[0].tolist() == [[30.0, 30.0]]
+    assert len(dying.batches) == 1 and len(healthy.batches) == 1
+
+
+async def _open_later(instance: GatedInstance) -> None:
+    await instance.started.wait()
+    instance.gate.set()
+
+
+async def test_a_batch_that_dies_twice_fails_with_a_clear_error() -> None:
+    first = GatedInstance("first", die=True, gated=False)
+    second = GatedInstance("second", die=True, gated=False)
+    scheduler = make(first, second, batching=False)
+    with pytest.raises(InternalError, match="instance died"):
+        await asyncio.wait_for(submit(scheduler, 1.0), 5.0)
