@@ -1,0 +1,86 @@
+"""KServe V2 over gRPC with ``grpc.aio``: messages from ``tritonclient.grpc``'s generated stubs.
+
+Requests are built as ``ModelInferRequest`` with ``raw_input_contents`` and serialized once at
+start-up; the hot path sends those bytes through a raw ``unary_unary`` method and does not
+deserialize the answer (status only), for the same reason the HTTP targets keep bytes: the
+client must not be the bottleneck. One channel multiplexes every in-flight call over HTTP/2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tensorgate.bench.inputs import RequestTensors, TensorMeta
+from tensorgate.bench.targets.base import Endpoint, Outcome
+from tensorgate.bench.targets.encoding import raw_bytes
+
+INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+_MAX_MESSAGE = 1 << 30
+
+
+def _stubs() -> tuple[Any, Any]:
+    try:
+        from tritonclient.grpc import service_pb2, service_pb2_grpc  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise RuntimeError("--protocol grpc needs tritonclient[grpc]: pip install 'tritonclient[grpc]'") from exc
+    return service_pb2, service_pb2_grpc
+
+
+def infer_request_bytes(model: str, version: str | None, tensors: RequestTensors) -> bytes:
+    """A serialized ``inference.ModelInferRequest`` with every input in ``raw_input_contents``."""
+    service_pb2, _ = _stubs()
+    request = service_pb2.ModelInferRequest(model_name=model, model_version=version or "")
+    for tensor in tensors:
+        entry = request.inputs.add()
+        entry.name = tensor.name
+        entry.datatype = tensor.datatype
+        entry.shape.extend(tensor.array.shape)
+        request.raw_input_contents.append(raw_bytes(tensor))
+    return bytes(request.SerializeToString())
+
+
+def _channel(endpoint: Endpoint) -> Any:
+    import grpc
+
+    options = [("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.max_receive_message_length", _MAX_MESSAGE)]
+    return grpc.aio.insecure_channel(endpoint.authority, options=options)
+
+
+async def fetch_metadata(endpoint: Endpoint, model: str, version: str | None, timeout_s: float) -> list[TensorMeta]:
+    """The model's inputs from ``ModelMetadata``, for servers that speak only gRPC."""
+    service_pb2, service_pb2_grpc = _stubs()
+    channel = _channel(endpoint)
+    try:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        reply = await stub.ModelMetadata(
+            service_pb2.ModelMetadataRequest(name=model, version=version or ""), timeout=timeout_s
+        )
+    finally:
+        await channel.close()
+    return [TensorMeta(i.name, i.datatype.upper(), tuple(int(d) for d in i.shape)) for i in reply.inputs]
+
+
+class GrpcTarget:
+    """Sends pre-serialized ``ModelInfer`` calls; a non-OK status becomes ``grpc CODE``."""
+
+    def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
+        if not requests:
+            raise ValueError("no requests to send")
+        _stubs()
+        self._channel = _channel(endpoint)
+        # No serializers: the requests are already bytes and the answers stay bytes.
+        self._infer = self._channel.unary_unary(INFER_METHOD)
+        self._requests = list(requests)
+
+    async def call(self, index: int) -> Outcome:
+        import grpc
+
+        try:
+            await self._infer(self._requests[index % len(self._requests)])
+        except grpc.aio.AioRpcError as exc:
+            return Outcome(f"grpc {exc.code().name}")
+        return Outcome()
+
+    async def aclose(self) -> None:
+        await self._channel.close()

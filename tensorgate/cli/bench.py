@@ -1,0 +1,190 @@
+"""``tensorgate bench``: load a model server (ours or any that speaks the protocol) and check SLOs.
+
+Exit status: 0 when every ``--slo`` is met, 3 when one is missed, 1 when the run could not be
+set up or no request succeeded, 2 for bad arguments (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tensorgate.bench.inputs import load_input_file, parse_shape_override
+from tensorgate.bench.job import Job, execute
+from tensorgate.bench.parallel import run_processes
+from tensorgate.bench.prepare import model_inputs, openai_requests, tensor_requests
+from tensorgate.bench.progress import Progress
+from tensorgate.bench.report import RunReport, build_report, render_table, report_json, warnings, write_csv
+from tensorgate.bench.results import RunResult
+from tensorgate.bench.runner import DEFAULT_MAX_INFLIGHT, LoadSpec
+from tensorgate.bench.server_metrics import metrics_delta, scrape
+from tensorgate.bench.slo import Slo, parse_slo
+from tensorgate.bench.targets.base import PROTOCOLS, parse_endpoint
+from tensorgate.bench.targets.factory import is_streaming
+from tensorgate.bench.targets.openai import DEFAULT_PROMPT
+from tensorgate.bench.units import parse_duration
+from tensorgate.clock import MonotonicClock
+
+SLO_MISSED = 3
+
+
+def _argument(convert: Any, what: str) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{what}: {exc}") from None
+
+    return parse
+
+
+def _levels(text: str) -> list[float]:
+    values = [float(v) for v in text.split(",") if v.strip()]
+    if not values or any(v <= 0 for v in values):
+        raise ValueError("give positive numbers, e.g. 1,2,4,8")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", nargs="?", help="model name (or use -m)")
+    parser.add_argument("-m", "--model", dest="model_flag", help="model name")
+    parser.add_argument("--model-version", help="model version (default: the server's choice)")
+    parser.add_argument("-u", "--url", help="server URL (default http://127.0.0.1:8080; 127.0.0.1:8081 for grpc)")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="v2-json", help="wire protocol (default v2-json)")
+    load = parser.add_argument_group("load")
+    load.add_argument("-c", "--concurrency", type=int, default=None, help="closed loop: requests in flight (default 1)")
+    load.add_argument("--rate", type=float, help="open loop: Poisson arrivals at this many requests/s")
+    load.add_argument("-z", "--duration", type=_argument(parse_duration, "--duration"), help="run time, e.g. 30s")
+    load.add_argument("-n", "--requests", type=int, help="counted requests to send (after warm-up)")
+    load.add_argument("--warmup", type=_argument(parse_duration, "--warmup"), default=0.0, help="seconds not counted")
+    load.add_argument(
+        "--sweep", type=_argument(_levels, "--sweep"), help="concurrencies (or rates with --rate) to run in turn"
+    )
+    load.add_argument("--processes", type=int, default=1, help="spread the client over N processes")
+    load.add_argument("--timeout", type=_argument(parse_duration, "--timeout"), default=30.0, help="per request")
+    load.add_argument("--max-inflight", type=int, default=DEFAULT_MAX_INFLIGHT, help="open loop: cap on outstanding")
+    data = parser.add_argument_group("inputs")
+    data.add_argument("--batch-size", type=int, default=1, help="first dimension when metadata says -1")
+    data.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        type=_argument(parse_shape_override, "--shape"),
+        help="name=1,3,224,224 (repeatable)",
+    )
+    data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--input-file", type=Path, help="JSON list of requests (V2 bodies with data, or OpenAI bodies)")
+    data.add_argument("--prompt", default=DEFAULT_PROMPT, help="OpenAI protocols: the prompt")
+    data.add_argument("--max-tokens", type=int, default=64, help="OpenAI protocols: tokens to generate")
+    data.add_argument("--api-key", help="OpenAI protocols: bearer token")
+    out = parser.add_argument_group("report")
+    out.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        type=_argument(parse_slo, "--slo"),
+        help="p99=80ms, mean=5ms ... (repeatable); exit 3 when missed",
+    )
+    out.add_argument("--json", type=Path, help="write the report as JSON here")
+    out.add_argument("--csv", type=Path, help="write one CSV row per run here")
+    out.add_argument("--plot", type=Path, help="PNG: latency-throughput for a sweep, CDF for a single run")
+    out.add_argument("--metrics-url", help="Prometheus URL of the server, scraped before and after each run")
+
+
+def _spec(args: argparse.Namespace, level: float | None) -> tuple[str, float, LoadSpec]:
+    duration = args.duration if args.duration is not None or args.requests is not None else 10.0
+    common = {
+        "duration_s": duration,
+        "requests": args.requests,
+        "warmup_s": args.warmup,
+        "timeout_s": args.timeout,
+        "seed": args.seed,
+        "max_inflight": args.max_inflight,
+    }
+    if args.rate is not None:
+        rate = level if level is not None else args.rate
+        return "rate", rate, LoadSpec(rate=rate, **common)
+    concurrency = int(level) if level is not None else (args.concurrency or 1)
+    return "concurrency", concurrency, LoadSpec(concurrency=concurrency, **common)
+
+
+def _run_one(job: Job, processes: int) -> RunResult:
+    if processes > 1:
+        return run_processes(job, processes)
+    planned = job.spec.duration_s + job.spec.warmup_s if job.spec.duration_s else None
+    progress = Progress(MonotonicClock(), planned) if Progress.wanted() else None
+    return execute(job, progress)
+
+
+def _write(args: argparse.Namespace, reports: list[RunReport], last: RunResult) -> None:
+    if args.json is not None:
+        document = {"protocol": args.protocol, "model": args.model, "runs": [report_json(r) for r in reports]}
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+    if args.csv is not None:
+        write_csv(reports, args.csv)
+    if args.plot is not None:
+        from tensorgate.bench.plot import plot_cdf, plot_sweep
+
+        if len(reports) > 1:
+            plot_sweep(reports, args.plot)
+        else:
+            plot_cdf(last.latencies, reports[0].label, args.plot)
+
+
+def run(args: argparse.Namespace) -> int:
+    args.model = args.model_flag or args.model
+    if not args.model:
+        print("tensorgate bench: give a model name (positional or -m)", file=sys.stderr)
+        return 2
+    if args.concurrency is not None and args.rate is not None:
+        print("tensorgate bench: -c and --rate exclude each other", file=sys.stderr)
+        return 2
+    try:
+        return _bench(args)
+    except (RuntimeError, ValueError, OSError) as exc:
+        print(f"tensorgate bench: {exc}", file=sys.stderr)
+        return 1
+
+
+def _bench(args: argparse.Namespace) -> int:
+    grpc = args.protocol == "grpc"
+    endpoint = parse_endpoint(
+        args.url or ("127.0.0.1:8081" if grpc else "http://127.0.0.1:8080"), 8081 if grpc else 8080
+    )
+    file_requests = load_input_file(json.loads(args.input_file.read_text())) if args.input_file else None
+    tensors, documents = [], []
+    if is_streaming(args.protocol):
+        documents = openai_requests(
+            file_requests, args.protocol == "openai-chat", args.model, args.prompt, args.max_tokens
+        )
+    else:
+        metas = None
+        if file_requests is None:
+            metas = model_inputs(args.protocol, endpoint, args.model, args.model_version, args.timeout)
+        tensors = tensor_requests(file_requests, metas, args.batch_size, dict(args.shape), args.seed)
+    slos: list[Slo] = args.slo
+    reports: list[RunReport] = []
+    last = RunResult()
+    for level in args.sweep or [None]:
+        mode, value, spec = _spec(args, level)
+        job = Job(args.protocol, endpoint, args.model, args.model_version, spec, tensors, documents, args.api_key)
+        before = scrape(args.metrics_url) if args.metrics_url else None
+        last = _run_one(job, max(1, args.processes))
+        after = scrape(args.metrics_url) if args.metrics_url else None
+        server = None
+        if args.metrics_url:
+            if before is None or after is None:
+                print(f"tensorgate bench: could not scrape {args.metrics_url}", file=sys.stderr)
+            else:
+                server = metrics_delta(before, after, args.model)
+        reports.append(build_report(mode, value, last, slos, server))
+    print(render_table(reports))
+    for note in [n for r in reports for n in warnings(r)]:
+        print(f"warning: {note}", file=sys.stderr)
+    _write(args, reports, last)
+    if any(not r.slos_met for r in reports):
+        return SLO_MISSED
+    return 0 if any(r.successes for r in reports) else 1
