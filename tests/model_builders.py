@@ -75,3 +75,17 @@ def v2_body(values: list[list[float]], **parameters: Any) -> dict[str, Any]:
     if parameters:
         body["parameters"] = parameters
     return body
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """The value of one sample on a Prometheus endpoint (0 when absent)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url, timeout=5.0).text
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total

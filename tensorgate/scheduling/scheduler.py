@@ -186,7 +186,9 @@ class Scheduler:
         try:
             now = self._clock.now()
             for item in self._queue.expire(now):
-                settle(item.future, DeadlineExceeded(f"request to model '{self.model}' expired in the queue"))
+                settle(
+                    item.future, DeadlineExceeded(f"request to model '{self.model}' exceeded its deadline in the queue")
+                )
             while True:
                 decision = decide(self._queue, self._batch, now, self._pool.idle_count(), self._pool.busy_count())
                 if decision.batch is None:

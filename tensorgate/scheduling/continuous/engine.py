@@ -1,0 +1,285 @@
+"""The continuous-batching engine: a thin async loop around the pure :class:`StepScheduler`.
+
+Each turn of the loop asks the scheduler for a step plan, runs it on the model in the engine's one
+worker thread (the event loop stays free for HTTP while the model computes), reports the sampled
+tokens back to the scheduler and delivers them to the waiting streams. Requests arriving or
+cancelling during a step take effect at the next one. A failing step fails its sequences, not the
+loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterator
+from collections.abc import Sequence as Seq
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tensorgate.backends.llm_step import Sampled, SamplingParams, StepPlan
+from tensorgate.clock import Clock
+from tensorgate.errors import DeadlineExceeded, InternalError, Unavailable
+from tensorgate.observability.generation_metrics import VersionGenerationMetrics
+from tensorgate.scheduling.continuous.sequence import FinishReason, Sequence
+from tensorgate.scheduling.continuous.step_scheduler import SeqUpdate, StepScheduler
+
+log = logging.getLogger(__name__)
+
+
+class StepRunner(Protocol):
+    def run_step(self, plan: StepPlan) -> dict[int, Sampled]:
+        """Run one step (called from the engine's worker thread only)."""
+        ...
+
+
+class Detokenizer(Protocol):
+    def decode(self, token_ids: Seq[int]) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One generated token: its id, the text it adds, and the finish reason on the last one."""
+
+    token_id: int | None
+    text: str
+    logprob: float = 0.0
+    top: tuple[tuple[int, float], ...] = ()
+    finish_reason: FinishReason | None = None
+
+
+@dataclass(slots=True, eq=False)
+class GenerationStream:
+    """What a caller holds for one request: an async iterator of :class:`TokenEvent`."""
+
+    seq_id: int
+    prompt_tokens: int
+    _engine: Engine = field(repr=False)
+    _queue: asyncio.Queue[TokenEvent | BaseException] = field(default_factory=asyncio.Queue, repr=False)
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: FinishReason | None = None
+    arrival: float = 0.0
+    first_token_at: float | None = None
+    stop: tuple[str, ...] = ()
+
+    async def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        try:
+            while True:
+                item = await self._queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finish_reason is not None:
+                    return
+        finally:
+            if self.finish_reason is None:
+                self.cancel()
+
+    def cancel(self) -> None:
+        """The client went away: free the slot and the cache at the next step."""
+        self._engine.abort(self.seq_id)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    default_priority: int = 1
+    default_timeout_s: float | None = None
+
+
+class Engine:
+    def __init__(
+        self,
+        runner: StepRunner,
+        scheduler: StepScheduler,
+        detokenizer: Detokenizer,
+        clock: Clock,
+        metrics: VersionGenerationMetrics | None = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        self._runner = runner
+        self.scheduler = scheduler
+        self._detok = detokenizer
+        self._clock = clock
+        self._metrics = metrics
+        self._settings = settings or EngineSettings()
+        self._streams: dict[int, GenerationStream] = {}
+        self._ids = itertools.count(1)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+        self.steps = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-engine")
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="llm-engine")
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for seq_id in list(self._streams):
+            self.abort(seq_id, Unavailable("the model is shutting down", retry_after_s=1.0))
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    @property
+    def num_waiting(self) -> int:
+        return self.scheduler.num_waiting
+
+    @property
+    def num_running(self) -> int:
+        return self.scheduler.num_running
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        priority: int | None = None,
+        timeout_s: float | None = None,
+    ) -> GenerationStream:
+        """Admit a request or raise at once (InvalidInput, QueueFull); never blocks."""
+        if self._closed:
+            raise Unavailable("the model is shutting down", retry_after_s=1.0)
+        now = self._clock.now()
+        timeout = timeout_s if timeout_s is not None else self._settings.default_timeout_s
+        seq = Sequence(
+            seq_id=next(self._ids),
+            prompt_ids=list(prompt_ids),
+            params=params,
+            priority=priority or self._settings.default_priority,
+            arrival=now,
+            deadline=None if timeout is None else now + timeout,
+        )
+        self.scheduler.add(seq)
+        stream = GenerationStream(seq.seq_id, len(prompt_ids), self, arrival=now, stop=params.stop)
+        self._streams[seq.seq_id] = stream
+        if self._metrics is not None:
+            self._metrics.prompt_tokens.inc(len(prompt_ids))
+        self._wake.set()
+        return stream
+
+    def abort(self, seq_id: int, error: BaseException | None = None) -> None:
+        stream = self._streams.pop(seq_id, None)
+        if stream is None:
+            return
+        self.scheduler.finish(seq_id, FinishReason.CANCELLED)
+        stream.finish_reason = FinishReason.CANCELLED
+        if error is not None:
+            stream._queue.put_nowait(error)
+        self._wake.set()
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._closed:
+            if not self.scheduler.has_work():
+                self._publish()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            plan, ended = self.scheduler.schedule(self._clock.now())
+            for seq in ended:
+                self._end(seq)
+            if plan.preempted and self._metrics is not None:
+                self._metrics.preemptions.inc(len(plan.preempted))
+            self._publish()
+            if plan.empty:
+                await self._idle()
+                continue
+            try:
+                sampled = await loop.run_in_executor(self._executor, self._runner.run_step, plan)
+            except Exception as exc:  # the model raised: fail this step's sequences, keep serving
+                log.exception("a generation step failed")
+                for chunk in plan.chunks:
+                    self.abort(chunk.seq_id, InternalError(f"the model failed: {type(exc).__name__}"))
+                continue
+            self.steps += 1
+            updates = self.scheduler.update(plan, {k: v.token_id for k, v in sampled.items()})
+            now = self._clock.now()
+            for update in updates:
+                self._deliver(update, sampled[update.seq.seq_id], now)
+
+    async def _idle(self) -> None:
+        """Nothing can run now (waiting sequences that do not fit): wait for a change or a deadline."""
+        self._wake.clear()
+        deadline = self.scheduler.next_deadline()
+        timeout = None if deadline is None else max(0.0, deadline - self._clock.now())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _publish(self) -> None:
+        m = self._metrics
+        if m is not None:
+            m.running.set(self.scheduler.num_running)
+            m.waiting.set(self.scheduler.num_waiting)
+            m.kv_usage.set(self.scheduler.kv.usage)
+
+    def _end(self, seq: Sequence) -> None:
+        stream = self._streams.pop(seq.seq_id, None)
+        if stream is None:
+            return
+        stream.finish_reason = seq.finish_reason
+        if seq.finish_reason is FinishReason.EXPIRED and not stream.output_ids:
+            stream._queue.put_nowait(DeadlineExceeded("the request's deadline passed before it was scheduled"))
+        else:
+            stream._queue.put_nowait(TokenEvent(None, "", finish_reason=seq.finish_reason))
+
+    def _deliver(self, update: SeqUpdate, sampled: Sampled, now: float) -> None:
+        stream = self._streams.get(update.seq.seq_id)
+        if stream is None:
+            return
+        m = self._metrics
+        if stream.first_token_at is None:
+            stream.first_token_at = now
+            if m is not None:
+                m.ttft.observe(now - stream.arrival)
+        if m is not None:
+            m.generated_tokens.inc()
+        stream.output_ids.append(sampled.token_id)
+        text = self._detok.decode(stream.output_ids)
+        finish = update.seq.finish_reason if update.finished else None
+        if stream.stop:
+            found = _find_stop(text, stream.stop, len(stream.text))
+            if found is not None:
+                text = text[:found]
+                finish = FinishReason.STOP
+                if not update.finished:
+                    self.scheduler.finish(update.seq.seq_id, FinishReason.STOP)
+        if text.endswith("\ufffd") and finish is None:
+            delta = ""  # an incomplete multi-byte character: wait for the next token
+        else:
+            delta = text[len(stream.text) :]
+            stream.text = text
+        stream._queue.put_nowait(TokenEvent(sampled.token_id, delta, sampled.logprob, sampled.top, finish))
+        if finish is not None:
+            stream.finish_reason = finish
+            del self._streams[stream.seq_id]
+            if m is not None:
+                m.e2e.observe(now - stream.arrival)
+                if len(stream.output_ids) > 1 and stream.first_token_at is not None:
+                    m.tpot.observe((now - stream.first_token_at) / (len(stream.output_ids) - 1))
+
+
+def _find_stop(text: str, stops: tuple[str, ...], previous: int) -> int | None:
+    longest = max(len(s) for s in stops)
+    begin = max(0, previous - longest)
+    hits = [i for i in (text.find(s, begin) for s in stops if s) if i >= 0]
+    return min(hits) if hits else None
+
+
+async def collect(stream: GenerationStream) -> list[TokenEvent]:
+    """All events of a stream (for non-streaming callers)."""
+    return [event async for event in stream]

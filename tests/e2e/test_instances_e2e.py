@@ -1,0 +1,117 @@
+"""Instances over real HTTP: worker processes that die under load, warm-up before readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from model_builders import metric, v2_body, write_python_model
+
+from tensorgate.testing import ServerProcess
+
+
+def _workers(server: ServerProcess) -> list[int]:
+    assert server.process is not None
+    children = psutil.Process(server.process.pid).children()
+    return [c.pid for c in children if "tensorgate.instances.worker_main" in " ".join(c.cmdline())]
+
+
+def _wait_until(predicate, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.02)
+
+
+async def test_killing_a_worker_under_load_loses_no_request(tmp_path: Path) -> None:
+    write_python_model(
+        tmp_path,
+        "delay",
+        parameters={"delay_ms": 20},
+        dynamic_batching={"max_queue_delay_ms": 2},
+        instance_group=[{"count": 2, "isolation": "process"}],
+    )
+    with ServerProcess("--model-repository", str(tmp_path)) as server:
+        workers = _workers(server)
+        assert len(workers) == 2
+        failures: list[str] = []
+        done = 0
+
+        async def client(index: int, until: float) -> None:
+            nonlocal done
+            async with httpx.AsyncClient(timeout=30.0) as http:
+                while time.monotonic() < until:
+                    response = await http.post(f"{server.url}/v2/models/delay/infer", json=v2_body([[index] * 4]))
+                    if response.status_code != 200 or response.json()["outputs"][0]["data"] != [index + 1.0] * 4:
+                        failures.append(f"{response.status_code} {response.text[:200]}")
+                    done += 1
+
+        async def killer() -> None:
+            await asyncio.sleep(0.7)
+            os.kill(workers[0], signal.SIGKILL)
+
+        until = time.monotonic() + 2.5
+        await asyncio.gather(*(client(i, until) for i in range(8)), killer())
+        assert failures == []
+        assert done > 50
+        await asyncio.to_thread(
+            _wait_until, lambda: metric(server.metrics_url, "tensorgate_instance_restarts_total", model="delay") == 1
+        )
+        replaced = _workers(server)
+        assert len(replaced) == 2 and workers[0] not in replaced
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(f"{server.url}/v2/health/ready")).status_code == 200
+        assert metric(server.metrics_url, "tensorgate_instance_healthy", model="delay") == 2
+
+
+def _first_and_steady(server: ServerProcess) -> tuple[float, float]:
+    with httpx.Client(timeout=30.0) as http:
+        timings = []
+        for _ in range(6):
+            started = time.perf_counter()
+            response = http.post(f"{server.url}/v2/models/cold/infer", json=v2_body([[1, 2, 3, 4]]))
+            assert response.status_code == 200
+            timings.append(time.perf_counter() - started)
+    steady = sorted(timings[1:])[len(timings[1:]) // 2]
+    return timings[0], steady
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_warm_up_absorbs_the_slow_first_call(tmp_path: Path, isolation: str) -> None:
+    write_python_model(
+        tmp_path,
+        "cold",
+        parameters={"delay_ms": 1, "first_call_ms": 1500},
+        instance_group=[{"count": 1, "isolation": isolation}],
+        warmup=[{"name": "zeros", "inputs": "zeros", "batch_size": 2, "count": 1}],
+    )
+    with ServerProcess("--model-repository", str(tmp_path), wait_ready=False) as server:
+        # Listening at once, but not ready until warm-up has run on every instance.
+        ready_codes = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            code = httpx.get(f"{server.url}/v2/health/ready").status_code
+            ready_codes.append(code)
+            if code == 200:
+                break
+            time.sleep(0.02)
+        assert ready_codes[0] == 400 and ready_codes[-1] == 200
+        first, steady = _first_and_steady(server)
+    # The first client call costs what any call costs, not the 1.5 s the model spends on its first run.
+    assert first < 0.5
+    assert first < steady * 5 + 0.05
+
+
+def test_without_warm_up_the_first_call_is_slow(tmp_path: Path) -> None:
+    """The negative control: the same model without warm-up makes its first client wait."""
+    write_python_model(tmp_path, "cold", parameters={"delay_ms": 1, "first_call_ms": 1500})
+    with ServerProcess("--model-repository", str(tmp_path)) as server:
+        first, steady = _first_and_steady(server)
+    assert first >= 1.5 > steady
