@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,7 +76,7 @@ class OnnxBackend(Backend):
         try:
             self._session = ort.InferenceSession(str(spec.artifact), sess_options=options, providers=providers)
         except Exception as exc:  # onnxruntime raises its own untyped errors
-            raise ModelLoadError(f"onnxruntime could not load {spec.artifact.name}: {_short(exc)}") from exc
+            raise ModelLoadError(f"onnxruntime could not load {spec.artifact.name}: {_short(exc, spec)}") from exc
         self._inputs = tuple(_spec(a) for a in self._session.get_inputs())
         self._outputs = tuple(_spec(a) for a in self._session.get_outputs())
         self._string_inputs = frozenset(s.name for s in self._inputs if s.datatype is DataType.BYTES)
@@ -115,7 +116,11 @@ def _from_ort(value: Any) -> Array:
     return array
 
 
-def _short(exc: Exception) -> str:
-    # onnxruntime messages can embed absolute paths; keep the first line and drop directories.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.-])(?:/[^/\s:'\"]+)+/([^/\s:'\"]*)")
+
+
+def _short(exc: Exception, spec: LoadSpec) -> str:
+    """The first line of an onnxruntime error, with no absolute path left in it (clients may read it)."""
     line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return line[:300]
+    line = line.replace(str(spec.artifact), f"{spec.model}/{spec.version}/{spec.artifact.name}")
+    return _ABSOLUTE_PATH.sub(r"\1", line)[:300]

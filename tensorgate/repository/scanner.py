@@ -70,7 +70,10 @@ def scan_model(root: Path, model_dir: Path) -> ModelSource:
     versions: list[VersionSource] = []
     if backend is None:
         if not problems:
-            problems.append(f"{name}: no version directory holds model.onnx, model.py or config.json")
+            problems.append(
+                f"{name}: no version directory holds a model (model.onnx, a Python backend model file, "
+                "or a Hugging Face config.json)"
+            )
         backend = "unknown"
     else:
         for version in select_versions(config.version_policy, version_dirs):

@@ -12,8 +12,47 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import uvicorn
 from prometheus_client import CollectorRegistry, make_asgi_app
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from tensorgate.protocols.http.body import MAX_CHUNKS
+
+
+class _ChunkLimitExceeded(Exception):
+    pass
+
+
+class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
+    """uvicorn's httptools protocol, counting HTTP chunks per request and answering parse errors in JSON.
+
+    uvicorn joins the chunks that arrive together into one ASGI message, so only the parser sees how
+    many chunks a body had. Past ``MAX_CHUNKS`` (Triton's CVE-2025-23310 regression sends one more)
+    the request is refused with 400 and the connection closed.
+    """
+
+    _chunks = 0
+    _reason = ""
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._chunks = 0
+
+    def on_chunk_header(self) -> None:
+        self._chunks += 1
+        if self._chunks > MAX_CHUNKS and not (self.cycle is not None and self.cycle.response_started):
+            self._reason = f"request body arrived in more than {MAX_CHUNKS} chunks"
+            raise _ChunkLimitExceeded  # the parser turns it into HttpParserError: send_400_response
+
+    def send_400_response(self, msg: str) -> None:
+        body = orjson.dumps({"error": self._reason or "invalid HTTP request"})
+        self.transport.write(
+            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+            + b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+            + body
+        )
+        self.transport.close()
 
 
 class _Uvicorn(uvicorn.Server):  # type: ignore[misc]
@@ -36,7 +75,7 @@ class HttpListener:
         self._socket = sock
         config = uvicorn.Config(
             app,
-            http="httptools",
+            http=_Protocol,
             loop="none",
             lifespan="off",
             access_log=False,

@@ -1,0 +1,203 @@
+"""P-2: request size limits, enforced before decoding work (and, for a declared length, before reading).
+
+The server runs with ``--max-body-bytes 1048576``. Valid requests just under the limit pass as JSON,
+binary and gzip; anything over it is 413, whether declared, chunked or decompressed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tensorgate.testing import ServerProcess
+
+LIMIT = 1 << 20
+KIB = 1024
+
+
+@pytest.fixture(scope="module")
+def server(example_repo: Path) -> Iterator[ServerProcess]:
+    args = ("--model-repository", str(example_repo), "--max-body-bytes", str(LIMIT), "--log-level", "warning")
+    with ServerProcess(*args) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=30.0) as c:
+        yield c
+
+
+def _json_body(size: int, images: int = 4) -> bytes:
+    """A valid cnn request of exactly ``size`` bytes (JSON padded with whitespace)."""
+    data = np.full((images, 3, 32, 32), 0.5, dtype=np.float32)
+    text = json.dumps(
+        {"inputs": [{"name": "image", "datatype": "FP32", "shape": list(data.shape), "data": data.ravel().tolist()}]}
+    ).encode()
+    assert len(text) <= size
+    return text + b" " * (size - len(text))
+
+
+def _binary_body(size: int, images: int = 16) -> tuple[bytes, dict[str, str]]:
+    blob = np.full((images, 3, 32, 32), 0.25, dtype=np.float32).tobytes()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "image",
+                    "datatype": "FP32",
+                    "shape": [images, 3, 32, 32],
+                    "parameters": {"binary_data_size": len(blob)},
+                }
+            ]
+        }
+    ).encode()
+    header += b" " * (size - len(header) - len(blob))
+    return header + blob, {"Inference-Header-Content-Length": str(len(header))}
+
+
+def _assert_ok(response: httpx.Response, rows: int) -> None:
+    assert response.status_code == 200, response.text[:300]
+    assert response.json()["outputs"][0]["shape"] == [rows, 10]
+
+
+def _assert_413(response: httpx.Response) -> None:
+    assert response.status_code == 413, response.text[:300]
+    assert "exceeds the maximum allowed size" in response.json()["error"]
+
+
+def test_json_just_under_the_limit(client: httpx.Client) -> None:
+    body = _json_body(LIMIT - KIB)
+    _assert_ok(client.post("/v2/models/cnn/infer", content=body), 4)
+
+
+def test_binary_just_under_the_limit(client: httpx.Client) -> None:
+    body, headers = _binary_body(LIMIT - KIB)
+    assert len(body) == LIMIT - KIB
+    _assert_ok(client.post("/v2/models/cnn/infer", content=body, headers=headers), 16)
+
+
+def test_gzip_just_under_the_limit(client: httpx.Client) -> None:
+    body = gzip.compress(_json_body(LIMIT - KIB))
+    _assert_ok(client.post("/v2/models/cnn/infer", content=body, headers={"Content-Encoding": "gzip"}), 4)
+
+
+def test_json_over_the_limit(client: httpx.Client) -> None:
+    _assert_413(client.post("/v2/models/cnn/infer", content=_json_body(LIMIT + KIB)))
+    assert client.get("/v2/health/live").status_code == 200
+
+
+def test_binary_over_the_limit(client: httpx.Client) -> None:
+    body, headers = _binary_body(LIMIT + KIB)
+    _assert_413(client.post("/v2/models/cnn/infer", content=body, headers=headers))
+
+
+def test_v1_over_the_limit(client: httpx.Client) -> None:
+    _assert_413(client.post("/v1/models/cnn:predict", content=b"{" + b" " * (LIMIT + KIB)))
+
+
+def test_chunked_over_the_limit(client: httpx.Client) -> None:
+    body = _json_body(LIMIT + KIB)
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(body), 64 * KIB):
+            yield body[start : start + 64 * KIB]
+
+    response = client.post("/v2/models/cnn/infer", content=chunks())
+    _assert_413(response)
+    assert client.get("/v2/health/live").status_code == 200
+
+
+def test_chunked_under_the_limit(client: httpx.Client) -> None:
+    body = _json_body(LIMIT - KIB)
+    response = client.post("/v2/models/cnn/infer", content=iter([body[: len(body) // 2], body[len(body) // 2 :]]))
+    _assert_ok(response, 4)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_decompression_bomb(client: httpx.Client, encoding: str) -> None:
+    raw = b"{" + b" " * (LIMIT + (1 << 20))
+    body = gzip.compress(raw) if encoding == "gzip" else zlib.compress(raw)
+    assert len(body) < (1 << 20)
+    response = client.post("/v2/models/cnn/infer", content=body, headers={"Content-Encoding": encoding})
+    assert response.status_code == 413
+    assert "decompressed request body exceeds" in response.json()["error"]
+    assert client.get("/v2/health/live").status_code == 200
+
+
+def _read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"connection closed before a response; got {data[:200]!r}")
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return int(lines[0].split()[1]), headers, rest
+
+
+def test_declared_length_over_the_limit_is_refused_before_the_body(server: ServerProcess) -> None:
+    """Content-Length over the limit and a few body bytes: the 413 arrives without the rest being sent."""
+    with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v2/models/cnn/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {LIMIT + KIB}\r\n\r\n".encode()
+            + b'{"inputs": '
+        )
+        status, _headers, body = _read_response(sock)
+    assert status == 413
+    assert "exceeds the maximum allowed size" in json.loads(body)["error"]
+    assert httpx.get(server.url + "/v2/health/live").status_code == 200
+
+
+def test_too_many_chunks(server: ServerProcess) -> None:
+    """65 537 one-byte chunks (Triton's CVE-2025-23310 regression) -> 400, even for a valid body."""
+    valid = json.dumps(
+        {"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}]}
+    ).encode()
+    body = valid + b" " * (65537 - len(valid))
+    framed = b"".join(b"1\r\n" + body[i : i + 1] + b"\r\n" for i in range(len(body))) + b"0\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=20) as sock:
+        sock.sendall(
+            b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            b"Content-Type: application/json\r\n\r\n"
+        )
+        try:
+            sock.sendall(framed)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server may answer and close before every chunk is sent
+        status, _headers, payload = _read_response(sock)
+    assert status == 400
+    assert "chunks" in json.loads(payload)["error"]
+    assert httpx.get(server.url + "/v2/health/live").status_code == 200
+
+
+def test_a_few_chunks_are_fine(server: ServerProcess) -> None:
+    body = json.dumps(
+        {"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}]}
+    ).encode()
+    framed = b"".join(b"%x\r\n" % len(body[i : i + 8]) + body[i : i + 8] + b"\r\n" for i in range(0, len(body), 8))
+    with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=20) as sock:
+        sock.sendall(
+            b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + framed
+            + b"0\r\n\r\n"
+        )
+        status, _headers, _payload = _read_response(sock)
+    assert status == 200
