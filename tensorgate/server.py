@@ -23,6 +23,10 @@ from tensorgate.config.server_config import ServerConfig
 from tensorgate.models.manager import ModelManager
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.metrics import Metrics
+from tensorgate.observability.tracing import NOOP_TRACER, Tracer, build_tracer
+from tensorgate.protocols.grpc.codec import GrpcLimits
+from tensorgate.protocols.grpc.listener import GrpcListener
+from tensorgate.protocols.grpc.servicer import GrpcSettings
 from tensorgate.protocols.http.app import HttpApp, HttpSettings
 from tensorgate.protocols.http.listener import HttpListener, metrics_app
 from tensorgate.protocols.http.v2_codec import DecodeLimits
@@ -62,6 +66,8 @@ class Server:
         self.manager = ModelManager(self.clock, self.metrics)
         self.service = InferenceService(self.manager)
         self._listeners: list[HttpListener] = []
+        self._grpc: GrpcListener | None = None
+        self.tracer: Tracer = NOOP_TRACER
         self._stop = asyncio.Event()
         self.ports: dict[str, int] = {}
 
@@ -85,6 +91,7 @@ class Server:
 
     async def start(self) -> None:
         section = self.config.server
+        self.tracer = build_tracer(section.trace_exporter, section.trace_sample_ratio)
         if section.host not in ("127.0.0.1", "localhost", "::1"):
             log.warning(
                 "HTTP binds %s: inference is reachable from the network; put TLS and auth in front",
@@ -113,11 +120,29 @@ class Server:
         for listener in self._listeners:
             await listener.start()
             self.ports[listener.name] = listener.port
+        await self._start_grpc()
         self._write_ports()
         log.info("listening", extra={"ports": self.ports, "host": section.host})
         await self.manager.load_all(self.model_sources())
         self.service.started = True
         log.info("server ready" if self.service.ready() else "server started; some models are not ready")
+
+    async def _start_grpc(self) -> None:
+        """KServe V2 over gRPC, health and reflection; messages bounded like HTTP bodies."""
+        section = self.config.server
+        if section.grpc_port is None:
+            return
+        self._grpc = GrpcListener(
+            self.service,
+            GrpcSettings(limits=GrpcLimits(section.max_elements, section.max_body_bytes)),
+            self.tracer,
+            self.clock,
+            host=section.host,
+            port=section.grpc_port,
+            max_message_bytes=section.max_body_bytes,
+        )
+        await self._grpc.start()
+        self.ports["grpc"] = self._grpc.port
 
     def _write_ports(self) -> None:
         path = self.config.server.ports_file
@@ -151,12 +176,15 @@ class Server:
             await asyncio.sleep(section.drain_delay_s)  # load balancers need time to stop sending
         for listener in self._listeners:
             await listener.stop()
+        if self._grpc is not None:
+            await self._grpc.stop(grace_s=section.exit_timeout_s)  # GOAWAY; in-flight RPCs finish
         abandoned = sum(
             v.scheduler.queued + v.scheduler.running for e in self.manager.models.values() for v in e.versions.values()
         )
         if abandoned:
             log.warning("stopping models with %d request(s) still queued or running", abandoned)
         await self.manager.aclose(drain_timeout_s=section.exit_timeout_s)
+        self.tracer.shutdown()  # flush spans of the last requests
         log.info("server stopped")
 
     @contextlib.contextmanager

@@ -25,6 +25,8 @@ _FLAG_KEYS = {
     "drain_delay": "drain_delay_s",
     "exit_timeout": "exit_timeout_s",
     "max_body_bytes": "max_body_bytes",
+    "trace_exporter": "trace_exporter",
+    "trace_sample_ratio": "trace_sample_ratio",
 }
 
 
@@ -41,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain-delay", type=float, help="seconds to keep serving after SIGTERM")
     parser.add_argument("--exit-timeout", type=float, help="seconds to finish in-flight requests on shutdown")
     parser.add_argument("--max-body-bytes", type=int, help="largest accepted request body (default 64 MiB)")
+    parser.add_argument(
+        "--trace-exporter", choices=["none", "console", "otlp"], help="where spans go (default none: no tracing)"
+    )
+    parser.add_argument("--trace-sample-ratio", type=float, help="share of new traces sampled, 0..1 (default 1)")
 
 
 def build_config(args: argparse.Namespace) -> tuple[ServerConfig, Path, str]:

@@ -31,6 +31,10 @@ class ServerSection(Strict):
     # Port 0 asks the OS for a free port; the chosen ports are written here when given, so a
     # supervisor (or a test) can find them.
     ports_file: Path | None = None
+    # Tracing (W3C traceparent, OpenTelemetry): "none" creates no spans at all; "console" and
+    # "otlp" need the otel extra. New traces are sampled at this ratio; a client's decision wins.
+    trace_exporter: Literal["none", "console", "otlp"] = "none"
+    trace_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
 
 
 class FlatDynamicBatching(Strict):

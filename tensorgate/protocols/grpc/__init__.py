@@ -1,0 +1,1 @@
+"""KServe V2 over gRPC (``inference.GRPCInferenceService``), health checking and reflection."""

@@ -1,0 +1,221 @@
+"""KServe V2 gRPC messages to and from the core vocabulary.
+
+Pure functions, like the HTTP codecs, so they can be tested and fuzzed without a server. Tensor
+bytes go through the shared :mod:`tensorgate.protocols.tensor_codec`, so a tensor decodes the same
+way over HTTP's binary extension and gRPC's ``raw_input_contents``; request parameters
+(``priority``, ``timeout``) follow the HTTP rules exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from google.protobuf import json_format
+
+from tensorgate.errors import InvalidInput, NotImplementedFeature
+from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
+from tensorgate.protocols.grpc.generated import model_config_pb2 as mc
+
+# The one definition of the V2 ``priority`` / ``timeout`` parameters, shared with HTTP so both
+# protocols accept and reject the same values.
+from tensorgate.protocols.http.v2_codec import MAX_INPUTS, _priority_and_timeout
+from tensorgate.protocols.tensor_codec import check_total_bytes, from_raw, parse_datatype, parse_shape, to_raw
+from tensorgate.repository.names import check_model_name, parse_version
+from tensorgate.types import Array, DataType, InferRequest, InferResponse, ModelMetadata
+
+# The typed ``contents`` field for each datatype (FP16 has none: it travels only as raw bytes).
+_CONTENTS_FIELD: dict[DataType, str] = {
+    DataType.BOOL: "bool_contents",
+    DataType.UINT8: "uint_contents",
+    DataType.UINT16: "uint_contents",
+    DataType.UINT32: "uint_contents",
+    DataType.UINT64: "uint64_contents",
+    DataType.INT8: "int_contents",
+    DataType.INT16: "int_contents",
+    DataType.INT32: "int_contents",
+    DataType.INT64: "int64_contents",
+    DataType.FP32: "fp32_contents",
+    DataType.FP64: "fp64_contents",
+    DataType.BYTES: "bytes_contents",
+}
+
+_CONFIG_TYPES: dict[DataType, int] = {
+    DataType.BOOL: mc.TYPE_BOOL,
+    DataType.UINT8: mc.TYPE_UINT8,
+    DataType.UINT16: mc.TYPE_UINT16,
+    DataType.UINT32: mc.TYPE_UINT32,
+    DataType.UINT64: mc.TYPE_UINT64,
+    DataType.INT8: mc.TYPE_INT8,
+    DataType.INT16: mc.TYPE_INT16,
+    DataType.INT32: mc.TYPE_INT32,
+    DataType.INT64: mc.TYPE_INT64,
+    DataType.FP16: mc.TYPE_FP16,
+    DataType.FP32: mc.TYPE_FP32,
+    DataType.FP64: mc.TYPE_FP64,
+    DataType.BYTES: mc.TYPE_STRING,
+}
+
+# What Triton reports as ``backend`` for each platform tensorgate serves.
+_BACKENDS = {"onnxruntime_onnx": "onnxruntime", "python": "python"}
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcLimits:
+    """Bounds on what one request may make the server allocate (the message size is bounded by gRPC)."""
+
+    max_elements: int = 1 << 28
+    max_tensor_bytes: int = 64 * 1024 * 1024
+
+
+def optional_version(text: str) -> int | None:
+    """A version field: empty lets the server choose, otherwise a positive integer."""
+    return parse_version(text) if text else None
+
+
+def parameters(params: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``InferParameter`` map as plain values, so request parameters read like HTTP's JSON ones."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        kind = value.WhichOneof("parameter_choice")
+        out[key] = None if kind is None else getattr(value, kind)
+    return out
+
+
+def decode_infer(message: Any, limits: GrpcLimits) -> InferRequest:
+    """A ``ModelInferRequest`` as a validated :class:`InferRequest` (ids and deadline are set by the caller)."""
+    name = check_model_name(message.model_name)
+    version = optional_version(message.model_version)
+    count = len(message.inputs)
+    if count == 0:
+        raise InvalidInput("request must have at least one input")
+    if count > MAX_INPUTS:
+        raise InvalidInput(f"request has {count} inputs; at most {MAX_INPUTS} are allowed")
+    raw = message.raw_input_contents
+    if raw and len(raw) != count:
+        raise InvalidInput(
+            f"raw_input_contents holds {len(raw)} entries but the request has {count} inputs; "
+            "send one entry per input, in order"
+        )
+    check_total_bytes([len(r) for r in raw], limits.max_tensor_bytes)
+    inputs: dict[str, Array] = {}
+    for index, tensor in enumerate(message.inputs):
+        input_name = tensor.name
+        if not input_name:
+            raise InvalidInput(f"inputs[{index}] needs a name")
+        if input_name in inputs:
+            raise InvalidInput(f"input '{input_name}' appears more than once")
+        datatype = parse_datatype(tensor.datatype, input_name)
+        shape, elements = parse_shape(list(tensor.shape), input_name, limits.max_elements)
+        if "shared_memory_region" in tensor.parameters:
+            raise NotImplementedFeature("shared-memory inputs are not supported by this server")
+        if raw:
+            if tensor.HasField("contents"):
+                raise InvalidInput(f"input '{input_name}' has both contents and raw_input_contents")
+            inputs[input_name] = from_raw(raw[index], datatype, shape, elements, input_name)
+        else:
+            inputs[input_name] = _from_contents(tensor, datatype, shape, elements)
+    params = parameters(message.parameters)
+    priority, timeout = _priority_and_timeout(params)
+    return InferRequest(
+        model=name,
+        version=version,
+        inputs=inputs,
+        outputs=_requested_outputs(message),
+        parameters=params,
+        priority=priority,
+        timeout_s=timeout,
+        id=message.id,
+    )
+
+
+def _from_contents(tensor: Any, datatype: DataType, shape: tuple[int, ...], elements: int) -> Array:
+    field = _CONTENTS_FIELD.get(datatype)
+    if field is None:
+        raise InvalidInput(f"input '{tensor.name}': {datatype.value} data must be sent in raw_input_contents")
+    values = getattr(tensor.contents, field)
+    if len(values) != elements:
+        raise InvalidInput(
+            f"input '{tensor.name}': shape {list(shape)} needs {elements} elements, but {field} holds {len(values)}"
+        )
+    if datatype is DataType.BYTES:
+        array = np.empty(elements, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    try:
+        return np.array(values, dtype=datatype.numpy).reshape(shape)
+    except (OverflowError, ValueError) as exc:
+        raise InvalidInput(f"input '{tensor.name}': {field} values do not fit {datatype.value}") from exc
+
+
+def _requested_outputs(message: Any) -> tuple[str, ...]:
+    names: list[str] = []
+    for index, output in enumerate(message.outputs):
+        if not output.name:
+            raise InvalidInput(f"outputs[{index}] needs a name")
+        if output.name in names:
+            raise InvalidInput(f"output '{output.name}' is requested more than once (duplicate output names)")
+        if "classification" in output.parameters:
+            raise NotImplementedFeature("the classification extension is not supported")
+        if "shared_memory_region" in output.parameters:
+            raise NotImplementedFeature("shared-memory outputs are not supported by this server")
+        names.append(output.name)
+    return tuple(names)
+
+
+def encode_infer(response: InferResponse) -> Any:
+    """A ``ModelInferResponse`` with every output in ``raw_output_contents`` (what tritonclient reads)."""
+    message = pb.ModelInferResponse(model_name=response.model, model_version=str(response.version), id=response.id)
+    for output_name, array in response.outputs.items():
+        datatype = DataType.from_numpy(array.dtype)
+        message.outputs.add(name=output_name, datatype=datatype.value, shape=array.shape)
+        message.raw_output_contents.append(to_raw(array, datatype))
+    return message
+
+
+def encode_metadata(metadata: ModelMetadata) -> Any:
+    message = pb.ModelMetadataResponse(
+        name=metadata.name, versions=[str(v) for v in metadata.versions], platform=metadata.platform
+    )
+    for spec in metadata.inputs:
+        message.inputs.add(name=spec.name, datatype=spec.datatype.value, shape=spec.shape)
+    for spec in metadata.outputs:
+        message.outputs.add(name=spec.name, datatype=spec.datatype.value, shape=spec.shape)
+    return message
+
+
+def encode_config(metadata: ModelMetadata, batching: bool, max_queue_delay_s: float, preferred: tuple[int, ...]) -> Any:
+    """Triton's ``ModelConfig`` for one loaded version: dims exclude the batch dimension when it batches."""
+    skip = 1 if metadata.max_batch_size > 0 else 0
+    config = mc.ModelConfig(
+        name=metadata.name,
+        platform=metadata.platform,
+        backend=_BACKENDS.get(metadata.platform, metadata.platform),
+        max_batch_size=metadata.max_batch_size,
+    )
+    for spec in metadata.inputs:
+        config.input.add(name=spec.name, data_type=_CONFIG_TYPES[spec.datatype], dims=spec.shape[skip:])
+    for spec in metadata.outputs:
+        config.output.add(name=spec.name, data_type=_CONFIG_TYPES[spec.datatype], dims=spec.shape[skip:])
+    if batching:
+        config.dynamic_batching.preferred_batch_size.extend(preferred)
+        config.dynamic_batching.max_queue_delay_microseconds = round(max_queue_delay_s * 1_000_000)
+    return pb.ModelConfigResponse(config=config)
+
+
+def encode_statistics(rows: list[dict[str, Any]]) -> Any:
+    """``InferenceService.statistics`` rows already have the message's shape (Triton's extension)."""
+    return json_format.ParseDict({"model_stats": rows}, pb.ModelStatisticsResponse())
+
+
+def encode_index(rows: list[dict[str, Any]], ready_only: bool) -> Any:
+    message = pb.RepositoryIndexResponse()
+    for row in rows:
+        if ready_only and row.get("state") != "READY":
+            continue
+        message.models.add(
+            name=row["name"], version=row.get("version", ""), state=row["state"], reason=row.get("reason") or ""
+        )
+    return message

@@ -1,0 +1,1 @@
+"""Stubs generated from ``../protos`` by ``tensorgate.protocols.grpc.generate``: do not edit."""

@@ -1,0 +1,273 @@
+"""``inference.GRPCInferenceService`` over the InferenceService: decode, call the core, encode.
+
+Every RPC runs through one boundary (:meth:`InferenceServicer._guard` for unary calls, the per-item
+wrapper for the stream): a :class:`TensorgateError` becomes its table status, anything else is
+logged and becomes INTERNAL with no detail. grpc.aio cancels the handler's task when the client
+cancels or its deadline passes, and that cancellation flows into ``service.infer``, so the
+request leaves the scheduler's queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from tensorgate.clock import Clock
+from tensorgate.errors import (
+    DeadlineExceeded,
+    InternalError,
+    PermissionDenied,
+    TensorgateError,
+)
+from tensorgate.models.service import InferenceService
+from tensorgate.observability.tracing import RequestSpan, Tracer
+from tensorgate.protocols.grpc import codec
+from tensorgate.protocols.grpc.errors import Metadata, abort
+from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
+from tensorgate.protocols.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from tensorgate.repository.names import check_model_name
+from tensorgate.types import InferRequest
+
+log = logging.getLogger(__name__)
+access_log = logging.getLogger("tensorgate.access")
+
+T = TypeVar("T")
+
+# Requests of one stream being decoded or run at once. Past it the servicer stops reading the
+# stream, so HTTP/2 flow control pushes back on the client instead of the server buffering.
+STREAM_WINDOW = 64
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcSettings:
+    limits: codec.GrpcLimits
+    management: bool = False
+
+
+def _metadata(context: Any) -> dict[str, str]:
+    return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
+
+
+def _timeout(request: InferRequest, context: Any) -> InferRequest:
+    """The gRPC deadline becomes the request's timeout (the earlier of it and the V2 ``timeout``)."""
+    remaining = context.time_remaining()
+    if remaining is None:
+        return request
+    if remaining <= 0:
+        raise DeadlineExceeded(f"request to model '{request.model}' arrived after its deadline")
+    if request.timeout_s is None or remaining < request.timeout_s:
+        return replace(request, timeout_s=remaining)
+    return request
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    def __init__(self, service: InferenceService, settings: GrpcSettings, tracer: Tracer, clock: Clock) -> None:
+        self._service = service
+        self._settings = settings
+        self._tracer = tracer
+        self._clock = clock
+
+    async def _guard(self, context: Any, call: Callable[[], Awaitable[T]], ids: Metadata = ()) -> T:
+        try:
+            return await call()
+        except TensorgateError as exc:
+            error = exc
+        except Exception:
+            log.exception("unhandled error in a gRPC call")
+            error = InternalError("internal server error")
+        await abort(context, error, ids)
+
+    # -- health and metadata ---------------------------------------------------------------------
+
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return pb.ServerLiveResponse(live=self._service.live())
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return pb.ServerReadyResponse(ready=self._service.ready())
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            ready = self._service.model_ready(check_model_name(request.name), codec.optional_version(request.version))
+            return pb.ModelReadyResponse(ready=ready)
+
+        return await self._guard(context, call)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> Any:
+        meta = self._service.server_metadata()
+        return pb.ServerMetadataResponse(name=meta["name"], version=meta["version"], extensions=meta["extensions"])
+
+    async def ModelMetadata(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            version = codec.optional_version(request.version)
+            return codec.encode_metadata(self._service.metadata(check_model_name(request.name), version))
+
+        return await self._guard(context, call)
+
+    async def ModelConfig(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            name = check_model_name(request.name)
+            version = codec.optional_version(request.version)
+            loaded = self._service.router.loaded(name, version)
+            batch = loaded.specs.batch
+            metadata = loaded.metadata((loaded.version,))
+            return codec.encode_config(metadata, batch.batching, batch.max_queue_delay_s, batch.preferred_rows)
+
+        return await self._guard(context, call)
+
+    async def ModelStatistics(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            name = check_model_name(request.name) if request.name else None
+            version = codec.optional_version(request.version) if name is not None else None
+            return codec.encode_statistics(self._service.statistics(name, version))
+
+        return await self._guard(context, call)
+
+    # -- repository (management) -----------------------------------------------------------------
+
+    def _management(self) -> None:
+        if not self._settings.management:
+            raise PermissionDenied("the model repository API is disabled on this server")
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            self._management()  # as HTTP: /v2/repository is refused while management is off
+            return codec.encode_index(self._service.index(), request.ready)
+
+        return await self._guard(context, call)
+
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            self._management()
+            raise PermissionDenied("loading models over the API is not supported by this server")
+
+        return await self._guard(context, call)
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            self._management()
+            raise PermissionDenied("unloading models over the API is not supported by this server")
+
+        return await self._guard(context, call)
+
+    # -- inference -------------------------------------------------------------------------------
+
+    async def _infer(self, rpc: str, message: Any, context: Any, request_id: str, traceparent: str | None) -> Any:
+        """Decode, run and encode one request; raises TensorgateError for the caller to report."""
+        started = self._clock.now()
+        outcome = "OK"
+        try:
+            with self._tracer.request(rpc, traceparent, {"rpc.system": "grpc", "rpc.method": rpc}) as span:
+                return await self._run(message, context, request_id, traceparent, span)
+        except TensorgateError as exc:
+            outcome = exc.grpc_status
+            raise
+        except asyncio.CancelledError:
+            outcome = "CANCELLED"
+            raise
+        finally:
+            self._access(rpc, message, request_id, outcome, started)
+
+    async def _run(
+        self, message: Any, context: Any, request_id: str, traceparent: str | None, span: RequestSpan
+    ) -> Any:
+        try:
+            request = codec.decode_infer(message, self._settings.limits)
+        except TensorgateError as exc:
+            if message.model_name:
+                self._service.count_failure(message.model_name, _version_or_none(message.model_version), exc)
+            raise
+        request = _timeout(request, context)
+        request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent)
+        response = await self._service.infer(request)
+        span.record(response)
+        with span.child("encode"):
+            return codec.encode_infer(response)
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        headers = _metadata(context)
+        request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        ids: Metadata = (("x-request-id", request_id),)
+        context.set_trailing_metadata(ids)
+        return await self._guard(
+            context, lambda: self._infer("ModelInfer", request, context, request_id, headers.get("traceparent")), ids
+        )
+
+    async def ModelStreamInfer(self, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        """Requests run concurrently (so they can share batches); answers come back in request order.
+
+        A failed request answers with ``error_message`` and the stream goes on.
+        """
+        headers = _metadata(context)
+        stream_id = headers.get("x-request-id") or uuid.uuid4().hex
+        context.set_trailing_metadata((("x-request-id", stream_id),))
+        traceparent = headers.get("traceparent")
+        window = asyncio.Semaphore(STREAM_WINDOW)
+        started: asyncio.Queue[asyncio.Task[Any] | None] = asyncio.Queue()
+
+        async def read() -> None:
+            try:
+                async for message in requests:
+                    await window.acquire()
+                    coro = self._stream_one(message, context, stream_id, traceparent)
+                    started.put_nowait(asyncio.get_running_loop().create_task(coro))
+            finally:
+                started.put_nowait(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while (task := await started.get()) is not None:
+                try:
+                    yield await task
+                finally:
+                    window.release()
+            await reader  # surfaces an error reading the stream
+        finally:
+            reader.cancel()
+            while not started.empty():
+                leftover = started.get_nowait()
+                if leftover is not None:
+                    leftover.cancel()
+
+    async def _stream_one(self, message: Any, context: Any, stream_id: str, traceparent: str | None) -> Any:
+        try:
+            return pb.ModelStreamInferResponse(
+                infer_response=await self._infer("ModelStreamInfer", message, context, stream_id, traceparent)
+            )
+        except TensorgateError as exc:
+            error = exc
+        except Exception:
+            log.exception("unhandled error in a gRPC stream request")
+            error = InternalError("internal server error")
+        answer = pb.ModelStreamInferResponse(error_message=error.message)
+        answer.infer_response.id = message.id
+        answer.infer_response.model_name = message.model_name
+        return answer
+
+    def _access(self, rpc: str, message: Any, request_id: str, status: str, started: float) -> None:
+        if not access_log.isEnabledFor(logging.INFO):
+            return
+        access_log.info(
+            "grpc %s %s",
+            rpc,
+            status,
+            extra={
+                "request_id": request_id,
+                "protocol": "grpc",
+                "method": rpc,
+                "model": message.model_name[:128] or "-",
+                "version": message.model_version[:20] or "-",
+                "status": status,
+                "total_ms": round((self._clock.now() - started) * 1000, 3),
+            },
+        )
+
+
+def _version_or_none(text: str) -> int | None:
+    try:
+        return codec.optional_version(text)
+    except TensorgateError:
+        return None

@@ -1,0 +1,200 @@
+"""Plain grpcio against a real server: each applicable row of the error table has its gRPC status."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from tensorgate.testing import ServerProcess
+
+Stub = service_pb2_grpc.GRPCInferenceServiceStub
+
+
+def _request(
+    model: str = "mlp",
+    shape: tuple[int, ...] = (2, 16),
+    datatype: str = "FP32",
+    raw: list[bytes] | None = None,
+    **kwargs: Any,
+) -> Any:
+    message = service_pb2.ModelInferRequest(model_name=model, **kwargs)
+    message.inputs.add(name="features" if model in ("mlp", "nope") else "x", datatype=datatype, shape=shape)
+    if raw is None:
+        raw = [np.zeros(shape, np.float32).tobytes()]
+    message.raw_input_contents.extend(raw)
+    return message
+
+
+def _code(call: Any, *args: Any, **kwargs: Any) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as info:
+        call(*args, **kwargs)
+    return info.value.code(), info.value.details()
+
+
+def _typed(model: str, name: str, datatype: str, shape: list[int], field: str, values: list[Any]) -> Any:
+    message = service_pb2.ModelInferRequest(model_name=model)
+    tensor = message.inputs.add(name=name, datatype=datatype, shape=shape)
+    getattr(tensor.contents, field).extend(values)
+    return message
+
+
+CASES = {
+    "bad datatype": (_request(datatype="FP33"), grpc.StatusCode.INVALID_ARGUMENT, "unknown datatype"),
+    "unknown model": (_request(model="nope"), grpc.StatusCode.NOT_FOUND, "unknown model 'nope'"),
+    "unknown version": (_request(model_version="7"), grpc.StatusCode.NOT_FOUND, "unknown version 7"),
+    "bad version": (_request(model_version="x"), grpc.StatusCode.INVALID_ARGUMENT, "invalid model version"),
+    "bad model name": (_request(model="../etc"), grpc.StatusCode.INVALID_ARGUMENT, "invalid model name"),
+    "wrong shape": (
+        _request(shape=(2, 15), raw=[np.zeros((2, 15), np.float32).tobytes()]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "features",
+    ),
+    "raw contents count": (
+        _request(raw=[np.zeros((2, 16), np.float32).tobytes()] * 2),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "raw_input_contents holds 2 entries",
+    ),
+    "byte size mismatch": (
+        _request(raw=[b"\0" * 100]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "byte size mismatch",
+    ),
+    "typed count mismatch": (
+        _typed("mlp", "features", "FP32", [2, 16], "fp32_contents", [1.0] * 31),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "needs 32 elements",
+    ),
+    "fp16 without raw": (
+        _typed("mlp", "features", "FP16", [1, 16], "fp32_contents", [1.0] * 16),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "raw_input_contents",
+    ),
+    "bad priority": (
+        _request(parameters={"priority": service_pb2.InferParameter(bool_param=True)}),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "priority",
+    ),
+    "unknown output": (
+        _request(outputs=[service_pb2.ModelInferRequest.InferRequestedOutputTensor(name="nope")]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "nope",
+    ),
+    "shared memory": (
+        _request(
+            outputs=[
+                service_pb2.ModelInferRequest.InferRequestedOutputTensor(
+                    name="probabilities",
+                    parameters={"shared_memory_region": service_pb2.InferParameter(string_param="r")},
+                )
+            ]
+        ),
+        grpc.StatusCode.UNIMPLEMENTED,
+        "shared-memory",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_infer_error_codes(stub: Stub, case: str) -> None:
+    message, code, text = CASES[case]
+    got, details = _code(stub.ModelInfer, message, timeout=30)
+    assert got == code, details
+    assert text in details
+    assert "Traceback" not in details and "/" not in details.replace("../etc", "")
+
+
+def test_typed_contents_are_accepted(stub: Stub) -> None:
+    message = _typed("mlp", "features", "FP32", [1, 16], "fp32_contents", [0.5] * 16)
+    response = stub.ModelInfer(message, timeout=30)
+    probabilities = np.frombuffer(response.raw_output_contents[0], np.float32)
+    assert probabilities.shape == (3,)
+    assert abs(float(probabilities.sum()) - 1.0) < 1e-5
+
+
+def test_request_id_comes_back_in_trailing_metadata(stub: Stub) -> None:
+    _, call = stub.ModelInfer.with_call(_request(), metadata=(("x-request-id", "abc-123"),), timeout=30)
+    assert ("x-request-id", "abc-123") in tuple(call.trailing_metadata())
+    with pytest.raises(grpc.RpcError) as info:
+        stub.ModelInfer(_request(model="nope"), metadata=(("x-request-id", "err-1"),), timeout=30)
+    assert ("x-request-id", "err-1") in tuple(info.value.trailing_metadata())
+
+
+def test_metadata_errors(stub: Stub) -> None:
+    code, _ = _code(stub.ModelMetadata, service_pb2.ModelMetadataRequest(name="nope"), timeout=30)
+    assert code == grpc.StatusCode.NOT_FOUND
+    code, _ = _code(stub.ModelConfig, service_pb2.ModelConfigRequest(name="mlp", version="9"), timeout=30)
+    assert code == grpc.StatusCode.NOT_FOUND
+    code, _ = _code(stub.ModelReady, service_pb2.ModelReadyRequest(name="nope"), timeout=30)
+    assert code == grpc.StatusCode.NOT_FOUND
+    code, _ = _code(stub.ModelStatistics, service_pb2.ModelStatisticsRequest(name="nope"), timeout=30)
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
+def test_repository_api_is_off_by_default(stub: Stub) -> None:
+    load = service_pb2.RepositoryModelLoadRequest(model_name="mlp")
+    unload = service_pb2.RepositoryModelUnloadRequest(model_name="mlp")
+    for call, message in (
+        (stub.RepositoryModelLoad, load),
+        (stub.RepositoryModelUnload, unload),
+        (stub.RepositoryIndex, service_pb2.RepositoryIndexRequest()),
+    ):
+        code, details = _code(call, message, timeout=30)
+        assert code == grpc.StatusCode.PERMISSION_DENIED
+        assert "disabled" in details
+
+
+def test_unserved_triton_rpcs_are_unimplemented(stub: Stub) -> None:
+    code, _ = _code(stub.SystemSharedMemoryStatus, service_pb2.SystemSharedMemoryStatusRequest(), timeout=30)
+    assert code == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_tensor_over_4_mib_goes_through(py_stub: Stub) -> None:
+    image = np.random.default_rng(0).standard_normal((1, 640, 640, 3)).astype(np.float32)  # 4.9 MB
+    message = service_pb2.ModelInferRequest(model_name="identity")
+    message.inputs.add(name="x", datatype="FP32", shape=image.shape)
+    message.raw_input_contents.append(image.tobytes())
+    response = py_stub.ModelInfer(message, timeout=60)
+    assert list(response.outputs[0].shape) == [1, 640, 640, 3]
+    np.testing.assert_array_equal(
+        np.frombuffer(response.raw_output_contents[0], np.float32).reshape(image.shape), image
+    )
+
+
+def test_grpc_deadline_becomes_deadline_exceeded(py_stub: Stub) -> None:
+    message = _request(model="slow", shape=(1, 4), raw=[np.ones((1, 4), np.float32).tobytes()])
+    code, _ = _code(py_stub.ModelInfer, message, timeout=0.15)
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_v2_timeout_parameter_becomes_deadline_exceeded(py_stub: Stub) -> None:
+    message = _request(
+        model="slow",
+        shape=(1, 4),
+        raw=[np.ones((1, 4), np.float32).tobytes()],
+        parameters={"timeout": service_pb2.InferParameter(int64_param=100_000)},  # 100 ms, in µs
+    )
+    code, details = _code(py_stub.ModelInfer, message, timeout=30)
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "deadline" in details
+
+
+def test_cancelled_call_leaves_the_queue(python_server: ServerProcess, py_stub: Stub) -> None:
+    def slow_request(value: float) -> Any:
+        return _request(model="slow", shape=(1, 4), raw=[np.full((1, 4), value, np.float32).tobytes()])
+
+    stats = service_pb2.ModelStatisticsRequest(name="slow")
+    py_stub.ModelInfer(slow_request(0.0), timeout=30)  # runs after anything earlier tests left running
+    before = py_stub.ModelStatistics(stats, timeout=30).model_stats[0].inference_count
+    running = py_stub.ModelInfer.future(slow_request(1.0), timeout=30)  # occupies the only instance
+    queued = py_stub.ModelInfer.future(slow_request(2.0), timeout=30)
+    time.sleep(0.1)  # let both reach the server; the second waits behind the first
+    queued.cancel()
+    assert running.result().model_name == "slow"
+    assert py_stub.ModelInfer(slow_request(3.0), timeout=30).model_name == "slow"
+    after = py_stub.ModelStatistics(stats, timeout=30).model_stats[0].inference_count
+    assert after - before == 2  # the cancelled request never ran
