@@ -1,0 +1,85 @@
+"""``tensorgate bench`` against a real ``tensorgate serve``: counts agree with the server's own metrics."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tensorgate.bench.server_metrics import parse_samples
+from tensorgate.cli.main import main
+from tensorgate.testing import ServerProcess
+
+SUCCESS_KEY = "tensorgate_requests_total"
+
+
+def _successes(server: ServerProcess) -> float:
+    samples = parse_samples(httpx.get(server.metrics_url, timeout=5.0).text)
+    return sum(
+        value
+        for (name, labels), value in samples.items()
+        if name == SUCCESS_KEY and dict(labels).get("model") == "mlp" and dict(labels).get("outcome") == "success"
+    )
+
+
+@pytest.mark.parametrize("protocol", ["v2-json", "v2-binary"])
+def test_request_count_matches_the_server_counter(
+    example_server: ServerProcess, tmp_path: Path, protocol: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _successes(example_server)
+    out = tmp_path / "report.json"
+    code = main(
+        ["bench", "mlp", "-u", example_server.url, "--protocol", protocol, "-c", "4", "-z", "2s", "--json", str(out),
+         "--metrics-url", example_server.metrics_url, "--slo", "p99=5s"]
+    )  # fmt: skip
+    after = _successes(example_server)
+    assert code == 0
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["errors"] == {}
+    assert run["requests"] > 0
+    assert run["requests"] == after - before
+    assert run["server"]["requests_by_outcome"] == {"success": run["requests"]}
+    assert run["server"]["mean_batch_size"] >= 1
+    assert "c=4" in capsys.readouterr().out
+
+
+def test_open_loop_with_csv_and_plot(example_server: ServerProcess, tmp_path: Path) -> None:
+    before = _successes(example_server)
+    csv_path, png = tmp_path / "r.csv", tmp_path / "cdf.png"
+    code = main(
+        ["bench", "-m", "mlp", "-u", example_server.url, "--rate", "200", "-n", "150", "--csv", str(csv_path),
+         "--plot", str(png)]
+    )  # fmt: skip
+    assert code == 0
+    with csv_path.open(newline="") as handle:
+        (row,) = csv.DictReader(handle)
+    assert row["mode"] == "rate" and row["requests"] == "150"
+    assert _successes(example_server) - before == 150
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_missed_slo_exits_3(example_server: ServerProcess) -> None:
+    assert main(["bench", "mlp", "-u", example_server.url, "-n", "20", "--slo", "p50=1us"]) == 3
+
+
+def test_sweep_over_two_processes(example_server: ServerProcess, tmp_path: Path) -> None:
+    before = _successes(example_server)
+    out, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
+    code = main(
+        ["bench", "mlp", "-u", example_server.url, "--protocol", "v1", "--sweep", "2,4", "-n", "100",
+         "--processes", "2", "--json", str(out), "--plot", str(png)]
+    )  # fmt: skip
+    assert code == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["level"] for r in runs] == [2, 4]
+    assert all(r["requests"] == 100 and r["errors"] == {} for r in runs)
+    assert _successes(example_server) - before == 200
+    assert png.stat().st_size > 0
+
+
+def test_unknown_model_fails_cleanly(example_server: ServerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "nope", "-u", example_server.url, "-n", "1"]) == 1
+    assert "404" in capsys.readouterr().err
