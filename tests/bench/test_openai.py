@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,7 +27,7 @@ def test_parser_yields_each_event_payload() -> None:
 def test_parser_is_independent_of_chunking(cuts: list[int]) -> None:
     bounds = [0, *sorted(set(cuts)), len(STREAM)]
     parser = SseParser()
-    events = [e for a, b in zip(bounds, bounds[1:], strict=False) for e in parser.feed(STREAM[a:b])]
+    events = [e for a, b in itertools.pairwise(bounds) for e in parser.feed(STREAM[a:b])]
     assert events == SseParser().feed(STREAM)
 
 
