@@ -94,6 +94,21 @@ class OnnxRuntimeOptions(Strict):
     inter_op_threads: int = Field(default=0, ge=0)
 
 
+class LLMSettings(Strict):
+    """The ``llm:`` section of a generative model: continuous batching limits and the KV cache budget."""
+
+    max_num_seqs: int = Field(default=64, ge=1, le=4096)
+    max_num_batched_tokens: int = Field(default=512, ge=1)
+    kv_cache_bytes: int = Field(default=256 * 1024 * 1024, ge=1)
+    max_model_len: int | None = Field(default=None, ge=2)
+    block_size: int = Field(default=16, ge=1, le=1024)
+    max_waiting: int = Field(default=1024, ge=1)
+    priority_levels: int = Field(default=1, ge=1, le=16)
+    default_max_tokens: int = Field(default=16, ge=1)
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    threads: int = Field(default=0, ge=0)
+
+
 class ModelConfig(Strict):
     """Everything optional: an ONNX model directory with no config.yaml serves with these defaults."""
 
@@ -108,3 +123,4 @@ class ModelConfig(Strict):
     version_policy: VersionPolicy = Field(default_factory=VersionPolicy)
     onnxruntime: OnnxRuntimeOptions = Field(default_factory=OnnxRuntimeOptions)
     parameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    llm: LLMSettings | None = None

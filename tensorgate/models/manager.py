@@ -78,6 +78,11 @@ class ModelManager:
         source = entry.source
         name, version = source.name, vsource.version
         status = entry.statuses[version]
+        if source.backend == "llm":  # generative: a continuous-batching engine instead of instances
+            from tensorgate.models.generative import load_generative_version  # imports torch: only when needed
+
+            await load_generative_version(source, vsource, status, entry.versions, self._clock, self._metrics)
+            return
         started = self._clock.now()
         instances: list[Instance] = []
         try:

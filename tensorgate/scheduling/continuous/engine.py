@@ -176,8 +176,7 @@ class Engine:
             return
         self.scheduler.finish(seq_id, FinishReason.CANCELLED)
         stream.finish_reason = FinishReason.CANCELLED
-        if error is not None:
-            stream._queue.put_nowait(error)
+        stream._queue.put_nowait(error or TokenEvent(None, "", finish_reason=FinishReason.CANCELLED))
         self._wake.set()
 
     # -- the loop --------------------------------------------------------------------------------

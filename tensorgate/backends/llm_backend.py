@@ -1,0 +1,305 @@
+"""The ``llm`` backend: a Hugging Face causal LM run one continuous-batching step at a time.
+
+Loaded once from a local directory (config.json, model.safetensors, tokenizer files): never
+downloaded, safetensors only. Caches are kept per sequence: a sequence being prefilled owns a
+cache of its own; once it decodes it joins the decode batch, one left-padded cache for all decoding
+sequences with an attention mask and explicit position ids, so every decode step is one forward
+for all of them. Rows join (left-padded to the batch length) and leave (dropped) between steps;
+padding columns that no row needs any more are trimmed.
+
+Called from one worker thread only (the engine's); never sees queues, HTTP or asyncio.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from tensorgate.backends.base import Device
+from tensorgate.backends.llm_step import Sampled, SamplingParams, ScheduledChunk, StepPlan
+from tensorgate.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_REQUIRED = ("config.json", "model.safetensors")
+
+
+def torch_device(device: Device) -> str:
+    if device.kind == "cpu":
+        return "cpu"
+    if device.kind == "gpu":
+        if not torch.cuda.is_available():
+            raise ModelLoadError("instance_group kind gpu needs CUDA, which this torch build or host does not have")
+        return f"cuda:{device.index}"
+    raise ModelLoadError("the llm backend runs on cpu or gpu; npu needs torch_npu, which is not installed")
+
+
+class TextCodec:
+    """The model's tokenizer: prompts to ids, ids to text, chat messages to a prompt."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tok = tokenizer
+        self.eos_token_id: int | None = tokenizer.eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=True))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return str(self._tok.decode(list(token_ids), skip_special_tokens=True))
+
+    def token_text(self, token_id: int) -> str:
+        return str(self._tok.convert_ids_to_tokens(int(token_id)))
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self._tok, "chat_template", None))
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        text = self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return list(self._tok.encode(text, add_special_tokens=False))
+
+
+@dataclass(slots=True)
+class _DecodeBatch:
+    """The left-padded cache of every decoding sequence: row ``i`` belongs to ``rows[i]``."""
+
+    rows: list[int]
+    cache: DynamicCache
+    mask: torch.Tensor  # (rows, padded length), 1 where a real token is cached
+
+
+def _layers(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _cache_of(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+    return DynamicCache(ddp_cache_data=kv)
+
+
+class CausalLMRunner:
+    """One loaded model and the caches of the sequences it is generating."""
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        self.codec: TextCodec | None = None
+        self.device = "cpu"
+        self.max_position_embeddings = 2048
+        self.kv_bytes_per_token = 0
+        self._solo: dict[int, DynamicCache] = {}
+        self._batch: _DecodeBatch | None = None
+        self._generators: dict[int, torch.Generator] = {}
+
+    # -- loading ---------------------------------------------------------------------------------
+
+    def load(self, directory: Path, device: Device, dtype: str = "float32", threads: int = 0) -> None:
+        missing = [name for name in _REQUIRED if not (directory / name).is_file()]
+        if missing:
+            raise ModelLoadError(f"the llm model directory lacks {', '.join(missing)} (safetensors weights only)")
+        self.device = torch_device(device)
+        if threads > 0:
+            torch.set_num_threads(threads)
+        try:
+            config = AutoConfig.from_pretrained(directory, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                directory, local_files_only=True, use_safetensors=True, dtype=_DTYPES[dtype]
+            )
+            tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"cannot load the language model: {type(exc).__name__}: {exc}") from exc
+        self.model = model.to(self.device).eval()
+        self.codec = TextCodec(tokenizer)
+        text = config.get_text_config(decoder=True)
+        layers = int(text.num_hidden_layers)
+        heads = int(text.num_attention_heads)
+        kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+        self.max_position_embeddings = int(getattr(text, "max_position_embeddings", 2048) or 2048)
+        self.kv_bytes_per_token = 2 * layers * kv_heads * head_dim * _DTYPES[dtype].itemsize
+
+    def close(self) -> None:
+        self._solo.clear()
+        self._batch = None
+        self._generators.clear()
+        self.model = None
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def run_step(self, plan: StepPlan) -> dict[int, Sampled]:
+        """Drop freed caches, run prefill chunks one by one and every decode in one forward, sample."""
+        with torch.inference_mode():
+            return self._run_step(plan)
+
+    def _run_step(self, plan: StepPlan) -> dict[int, Sampled]:
+        preempted = set(plan.preempted)
+        for seq_id in plan.freed:
+            self._solo.pop(seq_id, None)
+            if seq_id not in preempted:
+                self._generators.pop(seq_id, None)
+        freed = set(plan.freed)
+        decodes = [c for c in plan.chunks if len(c.token_ids) == 1 and c.start > 0]
+        prefills = [c for c in plan.chunks if not (len(c.token_ids) == 1 and c.start > 0)]
+        self._reshape_batch(freed, {c.seq_id for c in decodes})
+        logits: list[torch.Tensor] = []
+        sampled_chunks: list[ScheduledChunk] = []
+        for chunk in prefills:
+            out = self._prefill(chunk)
+            if chunk.sample:
+                logits.append(out)
+                sampled_chunks.append(chunk)
+        if decodes:
+            by_row = self._decode(decodes)
+            for chunk in decodes:
+                if chunk.sample:
+                    logits.append(by_row[chunk.seq_id])
+                    sampled_chunks.append(chunk)
+        if not logits:
+            return {}
+        return self._sample(torch.stack(logits).float(), sampled_chunks)
+
+    def _prefill(self, chunk: ScheduledChunk) -> torch.Tensor:
+        cache = self._solo.get(chunk.seq_id)
+        if cache is None:
+            if chunk.start != 0:
+                raise RuntimeError(f"sequence {chunk.seq_id} has no cache to continue at {chunk.start}")
+            cache = DynamicCache()
+            self._solo[chunk.seq_id] = cache
+        elif cache.get_seq_length() != chunk.start:
+            raise RuntimeError(f"sequence {chunk.seq_id} cache holds {cache.get_seq_length()}, not {chunk.start}")
+        count = len(chunk.token_ids)
+        ids = torch.tensor([chunk.token_ids], dtype=torch.long, device=self.device)
+        positions = torch.arange(chunk.start, chunk.start + count, device=self.device).unsqueeze(0)
+        out = self.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1]
+
+    def _reshape_batch(self, freed: set[int], decoding: set[int]) -> None:
+        """Make the decode batch hold exactly the sequences decoding this step."""
+        batch = self._batch
+        if batch is not None:
+            keep = [i for i, s in enumerate(batch.rows) if s in decoding and s not in freed]
+            # A live row that skips this step (no token budget left for it) goes back to its own cache.
+            for i, seq_id in enumerate(batch.rows):
+                if seq_id not in decoding and seq_id not in freed:
+                    self._solo[seq_id] = self._extract(batch, i)
+            if len(keep) != len(batch.rows):
+                if keep:
+                    index = torch.tensor(keep, device=self.device)
+                    kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in _layers(batch.cache)]
+                    batch = _DecodeBatch([batch.rows[i] for i in keep], _cache_of(kv), batch.mask[keep])
+                    batch = self._trim(batch)
+                else:
+                    batch = None
+            self._batch = batch
+        joining = [s for s in decoding if self._batch is None or s not in self._batch.rows]
+        for seq_id in sorted(joining):
+            self._join(seq_id)
+
+    def _extract(self, batch: _DecodeBatch, row: int) -> DynamicCache:
+        length = int(batch.mask[row].sum())
+        width = batch.mask.shape[1]
+        kv = [
+            (k[row : row + 1, :, width - length :], v[row : row + 1, :, width - length :])
+            for k, v in _layers(batch.cache)
+        ]
+        return _cache_of([(k.clone(), v.clone()) for k, v in kv])
+
+    @staticmethod
+    def _trim(batch: _DecodeBatch) -> _DecodeBatch:
+        used = batch.mask.any(dim=0).nonzero()
+        first = int(used[0]) if used.numel() else batch.mask.shape[1]
+        if first == 0:
+            return batch
+        kv = [(k[:, :, first:], v[:, :, first:]) for k, v in _layers(batch.cache)]
+        return _DecodeBatch(batch.rows, _cache_of(kv), batch.mask[:, first:])
+
+    def _join(self, seq_id: int) -> None:
+        cache = self._solo.pop(seq_id, None)
+        if cache is None:
+            raise RuntimeError(f"sequence {seq_id} decodes without a prefilled cache")
+        new_kv = _layers(cache)
+        length = new_kv[0][0].shape[2]
+        new_mask = torch.ones((1, length), dtype=torch.long, device=self.device)
+        batch = self._batch
+        if batch is None:
+            self._batch = _DecodeBatch([seq_id], _cache_of(new_kv), new_mask)
+            return
+        width = batch.mask.shape[1]
+        target = max(width, length)
+        old_kv = _layers(batch.cache)
+        merged = []
+        for (ok, ov), (nk, nv) in zip(old_kv, new_kv, strict=True):
+            merged.append(
+                (
+                    torch.cat([F.pad(ok, (0, 0, target - width, 0)), F.pad(nk, (0, 0, target - length, 0))]),
+                    torch.cat([F.pad(ov, (0, 0, target - width, 0)), F.pad(nv, (0, 0, target - length, 0))]),
+                )
+            )
+        mask = torch.cat([F.pad(batch.mask, (target - width, 0)), F.pad(new_mask, (target - length, 0))])
+        self._batch = _DecodeBatch([*batch.rows, seq_id], _cache_of(merged), mask)
+
+    def _decode(self, decodes: list[ScheduledChunk]) -> dict[int, torch.Tensor]:
+        batch = self._batch
+        assert batch is not None and set(batch.rows) == {c.seq_id for c in decodes}
+        by_id = {c.seq_id: c for c in decodes}
+        chunks = [by_id[s] for s in batch.rows]
+        ids = torch.tensor([[c.token_ids[0]] for c in chunks], dtype=torch.long, device=self.device)
+        positions = torch.tensor([[c.start] for c in chunks], dtype=torch.long, device=self.device)
+        ones = torch.ones((len(chunks), 1), dtype=torch.long, device=self.device)
+        batch.mask = torch.cat([batch.mask, ones], dim=1)
+        out = self.model(
+            input_ids=ids, attention_mask=batch.mask, position_ids=positions, cache=batch.cache, use_cache=True
+        )
+        logits = out.logits[:, -1]
+        return {seq_id: logits[i] for i, seq_id in enumerate(batch.rows)}
+
+    # -- sampling --------------------------------------------------------------------------------
+
+    def _generator(self, seq_id: int, seed: int | None) -> torch.Generator | None:
+        if seed is None:
+            return None
+        gen = self._generators.get(seq_id)
+        if gen is None:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(seed)
+            self._generators[seq_id] = gen
+        return gen
+
+    def _sample(self, logits: torch.Tensor, chunks: list[ScheduledChunk]) -> dict[int, Sampled]:
+        logprobs = torch.log_softmax(logits, dim=-1)
+        chosen = torch.argmax(logits, dim=-1).tolist()
+        for i, chunk in enumerate(chunks):
+            if not chunk.params.greedy:
+                chosen[i] = self._draw(logits[i], chunk.params, self._generator(chunk.seq_id, chunk.params.seed))
+        picked = logprobs[torch.arange(len(chunks)), torch.tensor(chosen)].tolist()
+        result: dict[int, Sampled] = {}
+        for i, chunk in enumerate(chunks):
+            top: tuple[tuple[int, float], ...] = ()
+            wanted = chunk.params.logprobs
+            if wanted:
+                values, indices = torch.topk(logprobs[i], min(wanted, logprobs.shape[-1]))
+                top = tuple(zip(indices.tolist(), values.tolist(), strict=True))
+            result[chunk.seq_id] = Sampled(int(chosen[i]), float(picked[i]), top)
+        return result
+
+    @staticmethod
+    def _draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+        scores = logits / max(params.temperature, 1e-5)
+        if params.top_k > 0 and params.top_k < scores.shape[-1]:
+            kth = torch.topk(scores, params.top_k).values[-1]
+            scores = scores.masked_fill(scores < kth, -math.inf)
+        if params.top_p < 1.0:
+            sorted_scores, order = torch.sort(scores, descending=True)
+            cumulative = torch.softmax(sorted_scores, dim=-1).cumsum(dim=-1)
+            drop = cumulative - torch.softmax(sorted_scores, dim=-1) > params.top_p
+            sorted_scores = sorted_scores.masked_fill(drop, -math.inf)
+            scores = torch.full_like(scores, -math.inf).scatter(0, order, sorted_scores)
+        probs = torch.softmax(scores, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=generator).item())

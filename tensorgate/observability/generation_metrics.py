@@ -1,0 +1,86 @@
+"""Prometheus metrics for text generation, on the registry passed in (no global registry)."""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from tensorgate.observability.metrics import LATENCY_BUCKETS
+
+TOKEN_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5)
+
+
+class GenerationMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        mv = ["model", "version"]
+        r = registry
+        self.ttft = Histogram(
+            "tensorgate_time_to_first_token_seconds",
+            "Admission to the first token.",
+            mv,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "tensorgate_time_per_output_token_seconds",
+            "Mean time between output tokens of a request, after the first.",
+            mv,
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "tensorgate_generation_duration_seconds",
+            "Admission to the last token.",
+            mv,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.running = Gauge("tensorgate_running_sequences", "Sequences in the running set.", mv, registry=r)
+        self.waiting = Gauge("tensorgate_waiting_sequences", "Sequences waiting to run.", mv, registry=r)
+        self.kv_usage = Gauge("tensorgate_kv_cache_usage_ratio", "Share of KV cache blocks in use.", mv, registry=r)
+        self.preemptions = Counter("tensorgate_preemptions", "Sequences preempted for cache.", mv, registry=r)
+        self.prompt_tokens = Counter("tensorgate_prompt_tokens", "Prompt tokens admitted.", mv, registry=r)
+        self.generated_tokens = Counter("tensorgate_generation_tokens", "Tokens generated.", mv, registry=r)
+
+    def for_version(self, model: str, version: int) -> VersionGenerationMetrics:
+        v = str(version)
+        return VersionGenerationMetrics(
+            ttft=self.ttft.labels(model, v),
+            tpot=self.tpot.labels(model, v),
+            e2e=self.e2e.labels(model, v),
+            running=self.running.labels(model, v),
+            waiting=self.waiting.labels(model, v),
+            kv_usage=self.kv_usage.labels(model, v),
+            preemptions=self.preemptions.labels(model, v),
+            prompt_tokens=self.prompt_tokens.labels(model, v),
+            generated_tokens=self.generated_tokens.labels(model, v),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VersionGenerationMetrics:
+    """The children of one model version, bound once."""
+
+    ttft: Histogram
+    tpot: Histogram
+    e2e: Histogram
+    running: Gauge
+    waiting: Gauge
+    kv_usage: Gauge
+    preemptions: Counter
+    prompt_tokens: Counter
+    generated_tokens: Counter
+
+
+# One GenerationMetrics per registry: every generative version of a server shares the families.
+# Keyed weakly by the registry the server passed in, so a test's fresh registry gets fresh metrics.
+_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, GenerationMetrics] = weakref.WeakKeyDictionary()
+
+
+def generation_metrics(registry: CollectorRegistry) -> GenerationMetrics:
+    found = _BY_REGISTRY.get(registry)
+    if found is None:
+        found = _BY_REGISTRY[registry] = GenerationMetrics(registry)
+    return found

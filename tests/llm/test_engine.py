@@ -1,0 +1,230 @@
+"""The engine on a real tiny model: continuous batching gives what ``generate`` gives alone."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from tensorgate.backends.base import Device
+from tensorgate.backends.llm_backend import CausalLMRunner
+from tensorgate.backends.llm_step import Sampled, SamplingParams, StepPlan
+from tensorgate.clock import MonotonicClock
+from tensorgate.errors import InvalidInput
+from tensorgate.scheduling.continuous.engine import Engine, GenerationStream, collect
+from tensorgate.scheduling.continuous.kv_budget import KVBudget
+from tensorgate.scheduling.continuous.sequence import FinishReason
+from tensorgate.scheduling.continuous.step_scheduler import SchedulerSettings, StepScheduler
+
+VOCAB = range(7, 70)
+
+
+@pytest.fixture(scope="module")
+def runner(tiny_dir: Path) -> CausalLMRunner:
+    r = CausalLMRunner()
+    r.load(tiny_dir, Device())
+    return r
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_dir: Path) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(tiny_dir, use_safetensors=True, local_files_only=True).eval()
+
+
+def generate_alone(model: torch.nn.Module, prompt: list[int], max_tokens: int) -> list[int]:
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False)  # type: ignore[operator]
+    return list(out[0, len(prompt) :].tolist())
+
+
+class CheckedRunner:
+    """Wraps the runner: records every plan and checks the engine's own accounting each step."""
+
+    def __init__(self, inner: CausalLMRunner, scheduler: StepScheduler) -> None:
+        self.inner = inner
+        self.scheduler = scheduler
+        self.plans: list[StepPlan] = []
+        self.max_used = 0
+        self.steps = 0
+        self._stepped = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+        """Wait, step by step (no sleeps), until ``predicate`` holds."""
+        async with asyncio.timeout(timeout_s):
+            while not predicate():
+                self._stepped.clear()
+                await self._stepped.wait()
+
+    def run_step(self, plan: StepPlan) -> dict[int, Sampled]:
+        kv = self.scheduler.kv
+        assert kv.used_blocks <= kv.total_blocks
+        assert plan.num_tokens <= self.scheduler.settings.max_num_batched_tokens
+        assert self.scheduler.num_running <= self.scheduler.settings.max_num_seqs
+        self.max_used = max(self.max_used, kv.used_blocks)
+        self.plans.append(plan)
+        try:
+            return self.inner.run_step(plan)
+        finally:
+            self.steps += 1
+            self._loop.call_soon_threadsafe(self._stepped.set)
+
+
+@pytest.fixture()
+async def make_engine(runner: CausalLMRunner) -> AsyncIterator[object]:
+    engines: list[Engine] = []
+
+    async def build(
+        *, seqs: int = 8, tokens: int = 64, kv_tokens: int = 4096, block: int = 16
+    ) -> tuple[Engine, CheckedRunner]:
+        assert runner.codec is not None
+        scheduler = StepScheduler(
+            SchedulerSettings(seqs, tokens, max_model_len=512, eos_token_id=runner.codec.eos_token_id),
+            KVBudget(kv_tokens * runner.kv_bytes_per_token, runner.kv_bytes_per_token, block),
+        )
+        checked = CheckedRunner(runner, scheduler)
+        engine = Engine(checked, scheduler, runner.codec, MonotonicClock())
+        await engine.start()
+        engines.append(engine)
+        return engine, checked
+
+    yield build
+    for engine in engines:
+        await engine.aclose()
+
+
+def workload(n: int, seed: int, longest: int = 60) -> list[tuple[list[int], int]]:
+    rng = random.Random(seed)
+    return [([rng.choice(VOCAB) for _ in range(rng.randint(1, longest))], rng.randint(1, 24)) for _ in range(n)]
+
+
+async def run_staggered(
+    engine: Engine, checked: CheckedRunner, work: list[tuple[list[int], int]]
+) -> list[GenerationStream]:
+    """Submit requests a few steps apart so they join and leave while others decode."""
+    streams: list[GenerationStream] = []
+    tasks = []
+    for prompt, max_tokens in work:
+        stream = engine.submit(prompt, SamplingParams(max_tokens=max_tokens))
+        streams.append(stream)
+        tasks.append(asyncio.create_task(collect(stream)))
+        target = checked.steps + 2
+        await checked.wait_until(lambda t=target: checked.steps >= t or all(task.done() for task in tasks))
+    async with asyncio.timeout(60):
+        await asyncio.gather(*tasks)
+    return streams
+
+
+async def test_greedy_matches_generate_with_joins_and_leaves(make_engine, reference) -> None:  # type: ignore[no-untyped-def]
+    engine, checked = await make_engine(seqs=6, tokens=40)
+    work = workload(14, seed=3)
+    streams = await run_staggered(engine, checked, work)
+    for (prompt, max_tokens), stream in zip(work, streams, strict=True):
+        assert stream.output_ids == generate_alone(reference, prompt, max_tokens), f"prompt of {len(prompt)}"
+    # The test really exercised continuous batching: decodes shared forwards with other rows,
+    # and prompts longer than the token budget were split into chunks.
+    assert max(sum(1 for c in p.chunks if len(c.token_ids) == 1) for p in checked.plans) >= 3
+    assert any(any(not c.sample and c.start == 0 for c in p.chunks) for p in checked.plans)
+
+
+async def test_chunked_prefill_of_a_long_prompt_does_not_stall_decodes(make_engine, reference) -> None:  # type: ignore[no-untyped-def]
+    engine, checked = await make_engine(seqs=4, tokens=16)
+    short = engine.submit([9, 10, 11], SamplingParams(max_tokens=20, ignore_eos=True))
+    short_task = asyncio.create_task(collect(short))
+    await checked.wait_until(lambda: checked.steps >= 2)
+    long_prompt = [VOCAB[i % len(VOCAB)] for i in range(120)]
+    long = engine.submit(long_prompt, SamplingParams(max_tokens=8))
+    async with asyncio.timeout(60):
+        await asyncio.gather(short_task, collect(long))
+    assert long.output_ids == generate_alone(reference, long_prompt, 8)
+    prefill_steps = [p for p in checked.plans if any(c.seq_id == long.seq_id and not c.sample for c in p.chunks)]
+    assert len(prefill_steps) >= 7  # 120 tokens through a 16-token budget
+    for plan in prefill_steps:  # and the short sequence decoded in each of them
+        assert any(c.seq_id == short.seq_id and len(c.token_ids) == 1 for c in plan.chunks) or short.finish_reason
+
+
+async def test_preempted_sequences_recompute_to_the_same_tokens(make_engine, reference) -> None:  # type: ignore[no-untyped-def]
+    # 96 cache tokens for 6 sequences that grow to ~50 tokens each: preemption is certain.
+    engine, checked = await make_engine(seqs=6, tokens=64, kv_tokens=96, block=8)
+    rng = random.Random(11)
+    work = [([rng.choice(VOCAB) for _ in range(rng.randint(20, 30))], 24) for _ in range(6)]
+    streams = [engine.submit(p, SamplingParams(max_tokens=m)) for p, m in work]
+    async with asyncio.timeout(60):
+        await asyncio.gather(*(collect(s) for s in streams))
+    assert engine.scheduler.preemptions > 0
+    for (prompt, max_tokens), stream in zip(work, streams, strict=True):
+        assert stream.output_ids == generate_alone(reference, prompt, max_tokens)
+    assert checked.max_used <= engine.scheduler.kv.total_blocks
+    assert engine.scheduler.kv.used_blocks == 0
+
+
+async def test_cancellation_frees_a_slot_for_a_waiting_request(make_engine) -> None:  # type: ignore[no-untyped-def]
+    engine, checked = await make_engine(seqs=2, tokens=64)
+    long = [engine.submit([9, 10], SamplingParams(max_tokens=200, ignore_eos=True)) for _ in range(2)]
+    waiting = engine.submit([11, 12], SamplingParams(max_tokens=3, ignore_eos=True))
+    await checked.wait_until(lambda: checked.steps >= 3)
+    assert engine.num_running == 2 and engine.num_waiting == 1
+    long[0].cancel()
+    async with asyncio.timeout(30):
+        events = await collect(waiting)
+    assert events[-1].finish_reason is FinishReason.LENGTH
+    assert len(waiting.output_ids) == 3
+    assert engine.num_running == 1  # the other long one is still going
+    long[1].cancel()
+    async with asyncio.timeout(30):
+        await checked.wait_until(lambda: not engine.scheduler.has_work())
+    assert engine.scheduler.kv.used_blocks == 0
+
+
+async def test_randomized_load_stays_within_the_cache_budget(make_engine) -> None:  # type: ignore[no-untyped-def]
+    engine, checked = await make_engine(seqs=5, tokens=24, kv_tokens=160, block=8)
+    rng = random.Random(5)
+    streams = []
+    for _ in range(20):
+        prompt = [rng.choice(VOCAB) for _ in range(rng.randint(1, 50))]
+        params = SamplingParams(
+            max_tokens=rng.randint(1, 30), temperature=rng.choice([0.0, 0.8]), seed=rng.randint(0, 9)
+        )
+        streams.append(engine.submit(prompt, params, priority=1))
+    tasks = [asyncio.create_task(collect(s)) for s in streams]
+    for index in rng.sample(range(20), 5):
+        await asyncio.sleep(0)
+        streams[index].cancel()
+    async with asyncio.timeout(60):
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await checked.wait_until(lambda: not engine.scheduler.has_work())
+    assert checked.max_used <= engine.scheduler.kv.total_blocks
+    assert engine.scheduler.kv.used_blocks == 0
+    assert engine.num_running == 0 and engine.num_waiting == 0
+
+
+async def test_seeded_sampling_is_reproducible(make_engine) -> None:  # type: ignore[no-untyped-def]
+    engine, _ = await make_engine()
+    params = SamplingParams(max_tokens=12, temperature=1.0, top_p=0.9, top_k=20, seed=42, ignore_eos=True)
+    a = engine.submit([9, 10, 11], params)
+    b = engine.submit([9, 10, 11], params)
+    c = engine.submit([9, 10, 11], SamplingParams(max_tokens=12, temperature=1.0, seed=7, ignore_eos=True))
+    async with asyncio.timeout(30):
+        await asyncio.gather(collect(a), collect(b), collect(c))
+    assert a.output_ids == b.output_ids
+    assert a.output_ids != c.output_ids
+
+
+async def test_stop_strings_and_rejections(make_engine, runner: CausalLMRunner) -> None:  # type: ignore[no-untyped-def]
+    engine, _ = await make_engine()
+    assert runner.codec is not None
+    first = engine.submit([9, 10, 11], SamplingParams(max_tokens=10, ignore_eos=True))
+    await collect(first)
+    words = first.text.split()
+    stop = words[min(2, len(words) - 1)]
+    again = engine.submit([9, 10, 11], SamplingParams(max_tokens=10, ignore_eos=True, stop=(stop,)))
+    events = await collect(again)
+    assert events[-1].finish_reason is FinishReason.STOP
+    assert stop not in again.text and first.text.startswith(again.text)
+    with pytest.raises(InvalidInput):
+        engine.submit(list(range(7, 70)) * 9, SamplingParams(max_tokens=1))
