@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import grpc
 import numpy as np
 import pytest
+from grpc_helpers import wait_inflight
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tensorgate.testing import ServerProcess
@@ -192,7 +192,7 @@ def test_cancelled_call_leaves_the_queue(python_server: ServerProcess, py_stub: 
     before = py_stub.ModelStatistics(stats, timeout=30).model_stats[0].inference_count
     running = py_stub.ModelInfer.future(slow_request(1.0), timeout=30)  # occupies the only instance
     queued = py_stub.ModelInfer.future(slow_request(2.0), timeout=30)
-    time.sleep(0.1)  # let both reach the server; the second waits behind the first
+    wait_inflight(python_server, "slow", 2)  # both admitted: the second waits behind the first
     queued.cancel()
     assert running.result().model_name == "slow"
     assert py_stub.ModelInfer(slow_request(3.0), timeout=30).model_name == "slow"
