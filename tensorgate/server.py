@@ -22,6 +22,7 @@ from tensorgate.clock import Clock, MonotonicClock
 from tensorgate.config.server_config import ServerConfig
 from tensorgate.models.manager import ModelManager
 from tensorgate.models.service import InferenceService
+from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.metrics import Metrics
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer, build_tracer
 from tensorgate.protocols.grpc.codec import GrpcLimits
@@ -65,6 +66,7 @@ class Server:
         self.metrics = metrics or Metrics()
         self.manager = ModelManager(self.clock, self.metrics)
         self.service = InferenceService(self.manager)
+        self.access_log = AccessLog(fmt=config.server.log_format, enabled=config.server.access_log)
         self._listeners: list[HttpListener] = []
         self._grpc: GrpcListener | None = None
         self.tracer: Tracer = NOOP_TRACER
@@ -103,7 +105,7 @@ class Server:
         )
         http = HttpListener(
             "http",
-            HttpApp(self.service, settings, self.clock),
+            HttpApp(self.service, settings, self.clock, self.access_log),
             bind_socket(section.host, section.http_port),
             keep_alive_s=section.keep_alive_s,
             exit_timeout_s=section.exit_timeout_s,
@@ -185,6 +187,7 @@ class Server:
             log.warning("stopping models with %d request(s) still queued or running", abandoned)
         await self.manager.aclose(drain_timeout_s=section.exit_timeout_s)
         self.tracer.shutdown()  # flush spans of the last requests
+        self.access_log.flush()
         log.info("server stopped")
 
     @contextlib.contextmanager

@@ -21,6 +21,9 @@ class InstancePool:
     def busy_count(self) -> int:
         return len(self._busy)
 
+    def any_healthy(self) -> bool:
+        return any(i.healthy for i in self.instances)
+
     def healthy_count(self) -> int:
         return sum(1 for i in self.instances if i.healthy)
 

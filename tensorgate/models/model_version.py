@@ -60,7 +60,7 @@ class ModelVersion:
 
     @property
     def ready(self) -> bool:
-        return self.state is VersionState.READY and self.pool.healthy_count() > 0
+        return self.state is VersionState.READY and self.pool.any_healthy()
 
     def metadata(self, versions: tuple[int, ...]) -> ModelMetadata:
         return ModelMetadata(

@@ -13,9 +13,9 @@ class ModelRouter:
         self._manager = manager
 
     def entry(self, name: str) -> ModelEntry:
-        check_model_name(name)
         entry = self._manager.models.get(name)
         if entry is None:
+            check_model_name(name)  # 400 for a name that could never exist, 404 for an unknown one
             raise NotFound(f"unknown model '{name}'")
         return entry
 

@@ -158,8 +158,9 @@ class VersionMetrics:
     def release(self, reason: str) -> None:
         self.metrics.batch_releases.labels(self.model, self.version, reason).inc()
 
-    def queue_depth(self, priority: int, depth: int) -> None:
-        self.metrics.queue_depth.labels(self.model, self.version, str(priority)).set(depth)
+    def queue_depth_gauges(self, levels: int) -> list[Gauge]:
+        """One bound gauge per priority level (index 0 is level 1), for the scheduler to keep."""
+        return [self.metrics.queue_depth.labels(self.model, self.version, str(level)) for level in range(1, levels + 1)]
 
     def instance_health(self, instance: str, healthy: bool) -> None:
         self.metrics.instance_healthy.labels(self.model, self.version, instance).set(1 if healthy else 0)

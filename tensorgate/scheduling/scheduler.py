@@ -93,6 +93,7 @@ class Scheduler:
         self._queue = RequestQueue(queue.priority_levels, queue.max_queue_size)
         self._clock = clock
         self._metrics = metrics
+        self._depth_gauges = metrics.queue_depth_gauges(queue.priority_levels)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._running: set[asyncio.Task[None]] = set()
@@ -142,7 +143,8 @@ class Scheduler:
                 # Also bounds time spent executing: a result that arrives after the deadline is dropped.
                 response = await asyncio.wait_for(asyncio.shield(item.future), max(0.0, deadline - now))
         except TimeoutError:
-            self._queue.remove(item)
+            if self._queue.remove(item):
+                self._publish_depth()
             item.future.cancel()  # a result that still arrives is dropped
             self._finish(item, "timeout")
             raise DeadlineExceeded(
@@ -173,7 +175,6 @@ class Scheduler:
         else:
             stats.fail_count += 1
             stats.fail_ns += int(elapsed * 1e9)
-        self._publish_depth()
 
     # -- dispatch --------------------------------------------------------------------------------
 
@@ -208,8 +209,8 @@ class Scheduler:
                 settle(item.future, InternalError("the scheduler failed; see the server log"))
 
     def _publish_depth(self) -> None:
-        for level in range(1, self._queue.priority_levels + 1):
-            self._metrics.queue_depth(level, self._queue.depth(level))
+        for level, gauge in enumerate(self._depth_gauges, start=1):
+            gauge.set(self._queue.depth(level))
 
     def _arm(self, wake_at: float | None) -> None:
         if wake_at == self._timer_at:

@@ -8,8 +8,9 @@ is a visible share of a 1 ms inference; the routes are few and fixed.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-import uuid
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,6 +26,7 @@ from tensorgate.errors import (
     UnsupportedMedia,
 )
 from tensorgate.models.service import InferenceService
+from tensorgate.observability.access_log import AccessLog
 from tensorgate.protocols.http.body import Receive, decompress, read_body
 from tensorgate.protocols.http.v1_codec import decode_predict, encode_predict
 from tensorgate.protocols.http.v2_codec import (
@@ -39,7 +41,6 @@ from tensorgate.repository.names import check_model_name, parse_version
 from tensorgate.types import InferRequest
 
 log = logging.getLogger(__name__)
-access_log = logging.getLogger("tensorgate.access")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Scope = dict[str, Any]
@@ -82,10 +83,16 @@ def _headers(scope: Scope) -> dict[str, str]:
 
 
 class HttpApp:
-    def __init__(self, service: InferenceService, settings: HttpSettings, clock: Clock) -> None:
+    def __init__(
+        self, service: InferenceService, settings: HttpSettings, clock: Clock, access: AccessLog | None = None
+    ) -> None:
         self._service = service
         self._settings = settings
         self._clock = clock
+        self._access_log = access if access is not None else AccessLog(enabled=False)
+        # Request ids: a random per-process prefix and a counter; unique, and cheaper than uuid4.
+        self._id_prefix = os.urandom(6).hex()
+        self._ids = itertools.count(1)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -95,7 +102,7 @@ class HttpApp:
         if kind != "http":
             return
         headers = _headers(scope)
-        call = Call(scope["method"], scope["path"], headers, headers.get("x-request-id") or uuid.uuid4().hex)
+        call = Call(scope["method"], scope["path"], headers, headers.get("x-request-id") or self._new_id())
         started = self._clock.now()
         try:
             await self._route(call, receive, send)
@@ -328,15 +335,14 @@ class HttpApp:
         except Exception:  # the response had already started, or the client is gone
             log.debug("could not send the error response for %s", call.path)
 
+    def _new_id(self) -> str:
+        return f"{self._id_prefix}{next(self._ids):x}"
+
     def _access(self, call: Call, started: float) -> None:
-        if not access_log.isEnabledFor(logging.INFO):
+        if not self._access_log.enabled:
             return
-        access_log.info(
-            "%s %s %d",
-            call.method,
-            call.path[:200],
-            call.status,
-            extra={
+        self._access_log.record(
+            {
                 "request_id": call.request_id,
                 "protocol": "http",
                 "method": call.method,
@@ -347,7 +353,7 @@ class HttpApp:
                 "queue_ms": round(call.queue_ms, 3),
                 "compute_ms": round(call.compute_ms, 3),
                 "total_ms": round((self._clock.now() - started) * 1000, 3),
-            },
+            }
         )
 
 

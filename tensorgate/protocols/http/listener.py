@@ -81,6 +81,7 @@ class HttpListener:
             access_log=False,
             log_config=None,
             server_header=False,
+            proxy_headers=False,  # X-Forwarded-* is not trusted unless a proxy setup says so
             date_header=False,
             # Keep idle connections longer than proxies do (nginx 60 s) so the proxy never reuses a
             # connection we are closing.

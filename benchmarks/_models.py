@@ -1,0 +1,63 @@
+"""Models the benchmarks build for themselves (random weights, fixed seeds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def export_resnet18(path: Path) -> Path:
+    """A ResNet-18-shaped network (random weights), input ``input`` FP32 [batch, 3, 224, 224]."""
+    if path.exists():
+        return path
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.b1 = nn.BatchNorm2d(cout)
+            self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.b2 = nn.BatchNorm2d(cout)
+            self.down = (
+                nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                if stride != 1 or cin != cout
+                else nn.Identity()
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.b1(self.c1(x)))
+            return torch.relu(self.b2(self.c2(y)) + self.down(x))
+
+    class ResNet18(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(
+                nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
+            )
+            layers = []
+            cin = 64
+            for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+                layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
+                cin = cout
+            self.layers = nn.Sequential(*layers)
+            self.fc = nn.Linear(512, 1000)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.layers(self.stem(x))
+            return self.fc(torch.flatten(torch.mean(x, dim=(2, 3), keepdim=True), 1))
+
+    torch.manual_seed(0)
+    model = ResNet18().eval()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.onnx.export(
+        model,
+        (torch.zeros(1, 3, 224, 224),),
+        str(path),
+        input_names=["input"],
+        output_names=["logits"],
+        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
+    )
+    return path

@@ -1,0 +1,390 @@
+"""Served throughput and latency against the in-process ceiling, in one run (issues 2 and 3).
+
+Every comparison is measured side by side in this run, because the machine is shared and noisy:
+
+1. MLP in-process (tight loop) vs served over keep-alive HTTP JSON at concurrency 1, 16, 64.
+2. Decoding an image-sized V2 JSON body: stdlib json + numpy.asarray vs our decoder.
+3. MLP at 64 clients, JSON: a naive Flask server vs tensorgate with batching off and on.
+4. ResNet-18-shaped model, 10 clients: batching off/on x JSON/binary, vs the in-process ceiling.
+5. Batching's cost for a lone client: MLP at concurrency 1, batching off vs on.
+6. A CPU-bound (GIL-holding) Python model: one process instance vs two.
+
+Load comes from ``hey`` (a Go load generator; ``apt-get install hey``). Run:
+``python benchmarks/bench_serving.py [--quick]``; writes ``benchmarks/out/bench_serving.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+
+from _models import export_resnet18
+from model_builders import write_python_model
+
+from tensorgate.examples.build import mlp_model
+from tensorgate.protocols.http.v2_codec import DecodeLimits, decode_infer
+from tensorgate.testing import ServerProcess
+
+OUT = Path(__file__).parent / "out"
+
+
+@dataclass
+class Result:
+    label: str
+    rps: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    errors: int = 0
+
+    def row(self, ceiling: float | None = None, unit_per_request: int = 1) -> str:
+        ratio = "" if ceiling is None else f"{self.rps * unit_per_request / ceiling:.2f}"
+        return (
+            f"| {self.label} | {self.rps:,.0f} | {self.p50_ms:.2f} | {self.p90_ms:.2f} | {self.p99_ms:.2f} "
+            f"| {self.errors} | {ratio} |"
+        )
+
+
+HEADER = "| scenario | req/s | P50 ms | P90 ms | P99 ms | errors | of ceiling |\n|---|---:|---:|---:|---:|---:|---:|"
+
+
+def hey(
+    url: str,
+    body: bytes,
+    concurrency: int,
+    seconds: float,
+    headers: dict[str, str] | None = None,
+    content_type: str = "application/json",
+    label: str = "",
+) -> Result:
+    with tempfile.NamedTemporaryFile(suffix=".body", delete=False) as handle:
+        handle.write(body)
+        path = handle.name
+    command = ["hey", "-z", f"{seconds}s", "-c", str(concurrency), "-m", "POST", "-T", content_type, "-D", path]
+    for key, value in (headers or {}).items():
+        command += ["-H", f"{key}: {value}"]
+    try:
+        output = subprocess.run([*command, url], capture_output=True, text=True, timeout=seconds + 60).stdout
+    finally:
+        os.unlink(path)
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
+
+    def pct(p: int) -> float:
+        match = re.search(rf"\s{p}% in ([\d.]+) secs", output)
+        return float(match.group(1)) * 1000 if match else float("nan")
+
+    # "[200]  1234 responses" per status; "[12]  Post ...: <error>" per transport error.
+    statuses = dict(re.findall(r"\[(\d+)\]\s+(\d+) responses", output))
+    errors = sum(int(n) for code, n in statuses.items() if code != "200")
+    errors += sum(int(n) for n in re.findall(r"\[(\d+)\]\s+Post", output))
+    return Result(label, rps, pct(50), pct(90), pct(99), errors)
+
+
+def in_process(run: Callable[[], object], seconds: float, label: str, per_call: int = 1) -> Result:
+    run()
+    latencies = []
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        t0 = time.perf_counter()
+        run()
+        latencies.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - started
+    lat = np.array(latencies) * 1000
+    return Result(label, len(latencies) * per_call / elapsed, *np.percentile(lat, [50, 90, 99]).tolist())
+
+
+def v2_json(name: str, array: np.ndarray) -> bytes:
+    return json.dumps(
+        {"inputs": [{"name": name, "datatype": "FP32", "shape": list(array.shape), "data": array.ravel().tolist()}]}
+    ).encode()
+
+
+def v2_binary(name: str, array: np.ndarray) -> tuple[bytes, dict[str, str]]:
+    raw = array.astype("<f4").tobytes()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": name,
+                    "datatype": "FP32",
+                    "shape": list(array.shape),
+                    "parameters": {"binary_data_size": len(raw)},
+                }
+            ],
+            "outputs": [{"name": "logits", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    return header + raw, {"Inference-Header-Content-Length": str(len(header))}
+
+
+def write_onnx_model(repo: Path, name: str, model_bytes: bytes, config: dict[str, object]) -> None:
+    (repo / name / "1").mkdir(parents=True, exist_ok=True)
+    (repo / name / "1" / "model.onnx").write_bytes(model_bytes)
+    (repo / name / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def mlp_section(work: Path, seconds: float, lines: list[str]) -> None:
+    model = mlp_model().SerializeToString()
+    repo = work / "mlp_repo"
+    write_onnx_model(repo, "mlp", model, {"max_batch_size": 64})
+    write_onnx_model(
+        repo,
+        "mlp_batched",
+        model,
+        {"max_batch_size": 64, "dynamic_batching": {"max_queue_delay_ms": 2, "max_queue_size": 4096}},
+    )
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    row = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
+    ceiling = in_process(lambda: session.run(None, {"features": row}), seconds, "in-process, batch 1 (ceiling)")
+    body = v2_json("features", row)
+
+    naive = flask_baseline(work, model, body, seconds)
+
+    served: dict[str, Result] = {}
+    with ServerProcess("--model-repository", str(repo), "--log-level", "warning") as server:
+        for c in (1, 16, 64):
+            served[f"off-{c}"] = hey(
+                f"{server.url}/v2/models/mlp/infer", body, c, seconds, label=f"served JSON, c={c}, batching off"
+            )
+        for c in (1, 64):
+            served[f"on-{c}"] = hey(
+                f"{server.url}/v2/models/mlp_batched/infer", body, c, seconds, label=f"served JSON, c={c}, batching on"
+            )
+
+    lines += ["## MLP (16 features -> 3 classes): served vs in-process", "", HEADER, ceiling.row()]
+    lines += [served[k].row(ceiling.rps) for k in ("off-1", "off-16", "off-64", "on-1", "on-64")]
+    added = served["off-1"].p50_ms - ceiling.p50_ms
+    lines += [
+        "",
+        f"- Server overhead at concurrency 1 (served P50 - in-process P50): **{added:.2f} ms** (bar: < 1 ms).",
+    ]
+    cost = served["on-1"].p50_ms / served["off-1"].p50_ms - 1
+    lines += [f"- Batching on vs off for a lone client (P50): **{cost * 100:+.1f} %** (bar: < 10 %)."]
+    lines += ["", "### Small-model scenario: 64 clients, JSON, against a naive Flask server", "", HEADER]
+    lines += [naive.row(), served["off-64"].row(), served["on-64"].row()]
+    lines += [
+        "",
+        f"- Batching on vs naive: **{served['on-64'].rps / naive.rps:.1f}x** req/s, "
+        f"P99 {served['on-64'].p99_ms:.1f} ms (bar: >= 7x with P99 < 20 ms).",
+        "",
+    ]
+
+
+FLASK_APP = """
+import json, sys
+import numpy as np
+import onnxruntime as ort
+from flask import Flask, request, jsonify
+
+app = Flask(__name__)
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+
+@app.post("/v2/models/mlp/infer")
+def infer():
+    body = request.get_json(force=True)
+    tensor = body["inputs"][0]
+    x = np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
+    y = session.run(None, {"features": x})[0]
+    return jsonify({"outputs": [{"name": "probabilities", "datatype": "FP32", "shape": list(y.shape),
+                                 "data": y.ravel().tolist()}]})
+
+if __name__ == "__main__":
+    app.run(host="127.0.0.1", port=int(sys.argv[2]), threaded=True)
+"""
+
+
+def flask_baseline(work: Path, model: bytes, body: bytes, seconds: float) -> Result:
+    """The way most teams start: Flask, the model loaded once globally, called per request."""
+    import socket
+
+    (work / "naive.onnx").write_bytes(model)
+    (work / "naive_app.py").write_text(FLASK_APP)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, str(work / "naive_app.py"), str(work / "naive.onnx"), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        import httpx
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.post(f"http://127.0.0.1:{port}/v2/models/mlp/infer", content=body).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("the Flask baseline did not start")
+            time.sleep(0.1)
+        return hey(
+            f"http://127.0.0.1:{port}/v2/models/mlp/infer",
+            body,
+            64,
+            seconds,
+            label="naive Flask (model global, one call per request), c=64",
+        )
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def decode_section(lines: list[str]) -> None:
+    image = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    body = json.dumps(
+        {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 224, 224], "data": image.tolist()}]}
+    ).encode()
+    limits = DecodeLimits()
+
+    def stdlib() -> object:
+        doc = json.loads(body)
+        return np.asarray(doc["inputs"][0]["data"], dtype=np.float32)
+
+    def ours() -> object:
+        return decode_infer(body, None, "m", None, limits)
+
+    base = in_process(stdlib, 3.0, "stdlib json + numpy.asarray")
+    fast = in_process(ours, 3.0, "tensorgate decode_infer (orjson + one numpy.array)")
+    lines += [
+        f"## Decoding an image-sized V2 JSON body (1x3x224x224 FP32, nested, {len(body) / 1e6:.1f} MB)",
+        "",
+        "| decoder | P50 ms |",
+        "|---|---:|",
+        f"| {base.label} | {base.p50_ms:.1f} |",
+        f"| {fast.label} | {fast.p50_ms:.1f} |",
+        "",
+        f"- Ours is **{base.p50_ms / fast.p50_ms:.1f}x** faster.",
+        "",
+    ]
+
+
+def resnet_section(work: Path, seconds: float, lines: list[str]) -> None:
+    onnx_path = export_resnet18(work / "resnet18.onnx")
+    model = onnx_path.read_bytes()
+    repo = work / "resnet_repo"
+    write_onnx_model(repo, "resnet_off", model, {"max_batch_size": 8})
+    write_onnx_model(
+        repo,
+        "resnet_on",
+        model,
+        {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_ms": 5, "max_queue_size": 64}},
+    )
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    one = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    eight = rng.standard_normal((8, 3, 224, 224)).astype(np.float32)
+    c1 = in_process(lambda: session.run(None, {"input": one}), seconds, "in-process, batch 1")
+    c8 = in_process(lambda: session.run(None, {"input": eight}), seconds, "in-process, batch 8 (img/s)", per_call=8)
+    ceiling = max(c1.rps, c8.rps)
+    json_body = v2_json("input", one)
+    binary_body, binary_headers = v2_binary("input", one)
+    rows = []
+    with ServerProcess("--model-repository", str(repo), "--log-level", "warning") as server:
+        for mode in ("off", "on"):
+            url = f"{server.url}/v2/models/resnet_{mode}/infer"
+            rows.append(hey(url, json_body, 10, seconds, label=f"10 clients, JSON, batching {mode}"))
+            rows.append(
+                hey(
+                    url,
+                    binary_body,
+                    10,
+                    seconds,
+                    headers=binary_headers,
+                    content_type="application/octet-stream",
+                    label=f"10 clients, binary, batching {mode}",
+                )
+            )
+    lines += [
+        "## ResNet-18-shaped model (FP32 [batch, 3, 224, 224], random weights), 10 clients",
+        "",
+        HEADER,
+        c1.row(ceiling),
+        c8.row(ceiling),
+        *[r.row(ceiling) for r in rows],
+        "",
+        f"- Ceiling: {ceiling:.1f} images/s in-process. Bars: binary >= 0.90 of it, JSON >= 0.65.",
+        "",
+    ]
+
+
+def gil_section(work: Path, seconds: float, lines: list[str]) -> None:
+    repo = work / "gil_repo"
+    for count in (1, 2):
+        write_python_model(
+            repo,
+            f"busy{count}",
+            parameters={"delay_ms": 10, "busy": True},
+            max_batch_size=1,
+            instance_group=[{"count": count, "isolation": "process"}],
+        )
+    body = json.dumps(
+        {"inputs": [{"name": "INPUT", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
+    ).encode()
+    with ServerProcess("--model-repository", str(repo), "--log-level", "warning") as server:
+        one = hey(f"{server.url}/v2/models/busy1/infer", body, 8, seconds, label="1 process instance, c=8")
+        two = hey(f"{server.url}/v2/models/busy2/infer", body, 8, seconds, label="2 process instances, c=8")
+    lines += [
+        "## A CPU-bound Python model (holds the GIL for 10 ms per call)",
+        "",
+        HEADER,
+        one.row(),
+        two.row(),
+        "",
+        f"- Two process instances give **{two.rps / one.rps:.2f}x** the throughput of one "
+        "(2 cores; about 2x expected).",
+        "",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="3-second runs instead of 10")
+    parser.add_argument("--only", choices=["mlp", "decode", "resnet", "gil"])
+    args = parser.parse_args()
+    if shutil.which("hey") is None:
+        sys.exit("hey is not installed: apt-get install hey")
+    seconds = 3.0 if args.quick else 10.0
+    lines = [
+        "# Serving benchmarks",
+        "",
+        f"Each run {seconds:.0f} s per scenario; load from `hey` on the same machine.",
+        "",
+    ]
+    with tempfile.TemporaryDirectory(prefix="tg-bench-") as tmp:
+        work = Path(tmp)
+        if args.only in (None, "decode"):
+            decode_section(lines)
+        if args.only in (None, "mlp"):
+            mlp_section(work, seconds, lines)
+        if args.only in (None, "resnet"):
+            resnet_section(work, seconds, lines)
+        if args.only in (None, "gil"):
+            gil_section(work, seconds, lines)
+    text = "\n".join(lines)
+    print(text)
+    OUT.mkdir(exist_ok=True)
+    (OUT / f"{Path(__file__).stem}.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The access log: one line per request, cheap enough to leave on at thousands of requests per second.
+
+The ``logging`` module costs tens of microseconds a record (record objects, handler locks, a write
+per line); at 8k requests/s on two cores that is a tenth of the server. Access lines are instead
+formatted with orjson into a buffer on the event loop and written in one call per flush interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import IO, Any
+
+import orjson
+
+FLUSH_INTERVAL_S = 0.05
+FLUSH_BYTES = 64 * 1024
+
+
+class AccessLog:
+    def __init__(self, stream: IO[bytes] | None = None, *, fmt: str = "json", enabled: bool = True) -> None:
+        self._stream = stream if stream is not None else sys.stderr.buffer
+        self._json = fmt == "json"
+        self.enabled = enabled
+        self._buffer: list[bytes] = []
+        self._size = 0
+        self._scheduled: asyncio.TimerHandle | None = None
+
+    def record(self, fields: dict[str, Any]) -> None:
+        """Queue one line; called on the event loop."""
+        if not self.enabled:
+            return
+        now = time.time()  # a wall-clock timestamp for the log line, not a duration
+        if self._json:
+            line = orjson.dumps({"ts": now, "level": "info", "logger": "tensorgate.access", **fields}) + b"\n"
+        else:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now))
+            line = (
+                f"{stamp} ACCESS  {fields.get('method', '')} {fields.get('path', '')} {fields.get('status', '')} "
+                f"{fields.get('total_ms', 0)} ms request_id={fields.get('request_id', '')}\n"
+            ).encode()
+        self._buffer.append(line)
+        self._size += len(line)
+        if self._size >= FLUSH_BYTES:
+            self.flush()
+        elif self._scheduled is None:
+            try:
+                self._scheduled = asyncio.get_running_loop().call_later(FLUSH_INTERVAL_S, self.flush)
+            except RuntimeError:  # no running loop (a test calling directly): write at once
+                self.flush()
+
+    def flush(self) -> None:
+        if self._scheduled is not None:
+            self._scheduled.cancel()
+            self._scheduled = None
+        if not self._buffer:
+            return
+        data = b"".join(self._buffer)
+        self._buffer.clear()
+        self._size = 0
+        try:
+            self._stream.write(data)
+            self._stream.flush()
+        except (OSError, ValueError):  # a closed or full stream must not take a request down
+            pass
