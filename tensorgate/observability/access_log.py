@@ -26,16 +26,26 @@ class AccessLog:
         self._buffer: list[bytes] = []
         self._size = 0
         self._scheduled: asyncio.TimerHandle | None = None
+        self._second = -1
+        self._second_text = ""
+
+    def _timestamp(self, now: float) -> str:
+        """ISO 8601 in UTC like the other log lines; the seconds part is formatted once a second."""
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._second_text}.{int((now - second) * 1000):03d}Z"
 
     def record(self, fields: dict[str, Any]) -> None:
         """Queue one line; called on the event loop."""
         if not self.enabled:
             return
         now = time.time()  # a wall-clock timestamp for the log line, not a duration
+        stamp = self._timestamp(now)
         if self._json:
-            line = orjson.dumps({"ts": now, "level": "info", "logger": "tensorgate.access", **fields}) + b"\n"
+            line = orjson.dumps({"ts": stamp, "level": "info", "logger": "tensorgate.access", **fields}) + b"\n"
         else:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now))
             line = (
                 f"{stamp} ACCESS  {fields.get('method', '')} {fields.get('path', '')} {fields.get('status', '')} "
                 f"{fields.get('total_ms', 0)} ms request_id={fields.get('request_id', '')}\n"

@@ -1,0 +1,34 @@
+"""The access log writes one JSON line per request, in batches."""
+
+from __future__ import annotations
+
+import io
+
+import orjson
+
+from tensorgate.observability.access_log import AccessLog
+
+
+def test_lines_are_json_with_the_fields_given_and_written_on_flush() -> None:
+    stream = io.BytesIO()
+    log = AccessLog(stream)
+    log.record({"request_id": "a", "status": 200})
+    log.record({"request_id": "b", "status": 503})
+    lines = [orjson.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(line["request_id"], line["status"]) for line in lines] == [("a", 200), ("b", 503)]
+    assert all(line["logger"] == "tensorgate.access" and line["ts"].endswith("Z") for line in lines)
+
+
+async def test_on_the_event_loop_lines_are_buffered_until_flushed() -> None:
+    stream = io.BytesIO()
+    log = AccessLog(stream)
+    log.record({"request_id": "a"})
+    assert stream.getvalue() == b""
+    log.flush()
+    assert orjson.loads(stream.getvalue())["request_id"] == "a"
+
+
+def test_disabled_log_writes_nothing() -> None:
+    stream = io.BytesIO()
+    AccessLog(stream, enabled=False).record({"request_id": "a"})
+    assert stream.getvalue() == b""
