@@ -1,0 +1,108 @@
+"""G-1 (subset): SIGTERM turns readiness false at once, keeps serving through the drain delay,
+finishes in-flight requests, and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tensorgate.testing import ServerProcess
+
+DRAIN_S = 2.0
+BODY = json.dumps({"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}]}).encode()
+
+
+def _status_line(sock: socket.socket) -> int:
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError(f"closed before a status line: {data!r}")
+        data += chunk
+    return int(data.split(b"\r\n", 1)[0].split()[1])
+
+
+def _start_slow_request(port: int) -> socket.socket:
+    """Headers and half the body: the request is in flight until the rest is sent."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=15)
+    head = f"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(BODY)}\r\n\r\n".encode()
+    sock.sendall(head + BODY[: len(BODY) // 2])
+    return sock
+
+
+def test_sigterm_drains_then_exits_zero(example_repo: Path) -> None:
+    server = ServerProcess(
+        "--model-repository", str(example_repo), "--drain-delay", str(DRAIN_S), "--log-level", "info"
+    )
+    with server:
+        port = server.ports["http"]
+        url = server.url
+        stop_load = threading.Event()
+        statuses: list[int] = []
+        errors: list[str] = []
+
+        def load() -> None:
+            # Steady traffic on keep-alive connections until the listener is about to close.
+            with httpx.Client(base_url=url, timeout=10.0) as client:
+                while not stop_load.is_set():
+                    try:
+                        statuses.append(client.post("/v2/models/mlp/infer", content=BODY).status_code)
+                    except httpx.HTTPError as exc:
+                        errors.append(repr(exc))
+
+        worker = threading.Thread(target=load)
+        worker.start()
+        early = _start_slow_request(port)
+        with httpx.Client(base_url=url, timeout=5.0) as probe:
+            assert probe.get("/v2/health/ready").status_code == 200
+            server.signal(signal.SIGTERM)
+            sent = time.monotonic()
+            while probe.get("/v2/health/ready").status_code != 400:
+                assert time.monotonic() - sent < 1.0, "readiness did not turn false"
+                time.sleep(0.01)
+            assert time.monotonic() - sent < 0.1
+            # During the drain delay: live, still serving, and telling keep-alive clients to leave.
+            while time.monotonic() - sent < DRAIN_S * 0.6:
+                assert probe.get("/v2/health/live").status_code == 200
+                assert probe.get("/v2/health/ready").status_code == 400
+                assert probe.get("/v2/models/mlp/ready").status_code == 400
+                response = probe.post("/v2/models/mlp/infer", content=BODY)
+                assert response.status_code == 200
+                assert response.headers.get("connection") == "close"
+                time.sleep(0.05)
+        late = _start_slow_request(port)
+        stop_load.set()
+        worker.join(10)
+        # Finish both in-flight requests, the late one after the listener has begun to close.
+        early.sendall(BODY[len(BODY) // 2 :])
+        assert _status_line(early) == 200
+        early.close()
+        while time.monotonic() - sent < DRAIN_S + 0.3:
+            time.sleep(0.02)
+        late.sendall(BODY[len(BODY) // 2 :])
+        assert _status_line(late) == 200
+        late.close()
+
+        assert server.process is not None
+        code = server.process.wait(timeout=DRAIN_S + 5)
+        elapsed = time.monotonic() - sent
+        assert code == 0, server.log()
+        assert elapsed < DRAIN_S + 4
+        assert not errors, errors[:3]
+        assert statuses and set(statuses) == {200}
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            refused = False
+        except OSError:
+            refused = True
+        assert refused
+        messages = [json.loads(line).get("message", "") for line in server.log_path.read_text().splitlines()]
+        assert any("shutdown requested" in m for m in messages)
+        assert any("server stopped" in m for m in messages)
