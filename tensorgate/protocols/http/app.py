@@ -28,6 +28,7 @@ from tensorgate.errors import (
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
 from tensorgate.protocols.http.body import Receive, decompress, read_body
+from tensorgate.protocols.http.openai_routes import GenerationRoutes, is_generation_route
 from tensorgate.protocols.http.v1_codec import decode_predict, encode_predict
 from tensorgate.protocols.http.v2_codec import (
     DecodeLimits,
@@ -125,7 +126,9 @@ class HttpApp:
     async def _route(self, call: Call, receive: Receive, send: Send) -> None:
         parts = call.path.strip("/").split("/")
         head = parts[0] if parts else ""
-        if head == "v2":
+        if is_generation_route(parts):  # text generation: OpenAI routes and the V2 generate extension
+            await GenerationRoutes(self._service, self._settings.max_body_bytes).handle(call, parts, receive, send)
+        elif head == "v2":
             await self._route_v2(call, parts[1:], receive, send)
         elif head == "v1" and len(parts) >= 3 and parts[1] == "models":
             await self._route_v1(call, parts[2:], receive, send)
