@@ -112,3 +112,12 @@ def test_inference_statistics(client: grpcclient.InferenceServerClient) -> None:
     assert after["batch_stats"]
     everything = client.get_inference_statistics(as_json=True)["model_stats"]
     assert {s["name"] for s in everything} == {"cnn", "mlp"}
+
+
+def test_priority_and_timeout_parameters_are_accepted(client: grpcclient.InferenceServerClient) -> None:
+    inp = grpcclient.InferInput("features", [1, 16], "FP32")
+    inp.set_data_from_numpy(np.zeros((1, 16), np.float32))
+    result = client.infer("mlp", [inp], priority=1, timeout=10_000_000)  # uint64 priority, µs timeout
+    assert result.as_numpy("probabilities").shape == (1, 3)
+    with pytest.raises(grpcclient.InferenceServerException, match="priority 2 is outside"):
+        client.infer("mlp", [inp], priority=2)

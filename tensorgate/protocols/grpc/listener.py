@@ -84,7 +84,10 @@ class GrpcListener:
         return self._port
 
     async def start(self) -> None:
-        self._port = self._server.add_insecure_port(self._address)
+        try:
+            self._port = self._server.add_insecure_port(self._address)
+        except RuntimeError as exc:  # grpc's way of saying the address is taken or invalid
+            raise OSError(f"gRPC cannot bind {self._address}: address in use or not available") from exc
         if self._port == 0:
             raise OSError(f"gRPC cannot bind {self._address}")
         await self._server.start()
