@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from tensorgate.bench.arrivals import poisson_offsets
 from tensorgate.bench.http_client import ConnectionLost
@@ -63,6 +64,8 @@ class _Run:
         self.recorder = Recorder(self.window_start)
         self.counted_budget = spec.requests
         self.indices = itertools.count()
+        self.inflight: dict[asyncio.Task[Any], float] = {}  # call -> when it times out
+        self.expired: set[asyncio.Task[Any]] = set()
 
     def take(self, now: float) -> bool | None:
         """Whether a request starting ``now`` counts; None when the run is over and none may start."""
@@ -77,15 +80,39 @@ class _Run:
         return True
 
     async def one(self, due: float, counted: bool) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.inflight[task] = self.clock.now() + self.spec.timeout_s
         try:
-            async with asyncio.timeout(self.spec.timeout_s):
-                outcome = await self.target.call(next(self.indices))
-        except TimeoutError:
+            outcome = await self.target.call(next(self.indices))
+        except asyncio.CancelledError:
+            if task not in self.expired:
+                raise
+            self.expired.discard(task)
+            task.uncancel()
             outcome = Outcome("timeout")
         except (OSError, ConnectionLost):
             outcome = Outcome("connection error")
+        finally:
+            del self.inflight[task]
         if counted:
             self.recorder.add(due, self.clock.now(), outcome)
+
+    async def watchdog(self) -> None:
+        """Cancel calls past their timeout.
+
+        One periodic sweep instead of ``asyncio.timeout`` around every call: a per-call timer
+        cost ~20 us of client CPU per request (profiled), a third of the whole client's cost.
+        A timeout fires up to a quarter of itself late, which is fine for a safety net.
+        """
+        period = min(max(self.spec.timeout_s / 4, 0.001), 1.0)
+        while True:
+            await asyncio.sleep(period)
+            now = self.clock.now()
+            for task, deadline in list(self.inflight.items()):
+                if deadline <= now and task not in self.expired:
+                    self.expired.add(task)
+                    task.cancel()
 
     async def closed_worker(self) -> None:
         while True:
@@ -123,13 +150,15 @@ async def run_load(target: Target, spec: LoadSpec, clock: Clock, progress: Progr
     """Drive ``target`` with ``spec``'s load and return the counted requests."""
     run = _Run(target, spec, clock)
     reporter = None if progress is None else asyncio.create_task(progress.run(run.recorder.result, run.started))
+    watchdog = asyncio.create_task(run.watchdog())
     try:
         if spec.concurrency is not None:
             await asyncio.gather(*(run.closed_worker() for _ in range(spec.concurrency)))
         else:
             await run.open_loop()
     finally:
-        if reporter is not None:
-            reporter.cancel()
-            await asyncio.gather(reporter, return_exceptions=True)
+        for helper in (reporter, watchdog):
+            if helper is not None:
+                helper.cancel()
+                await asyncio.gather(helper, return_exceptions=True)
     return run.recorder.finish()
