@@ -22,7 +22,7 @@ MODEL_PY = {
 
         class Slow(PythonModel):
             def load(self, context):
-                self.delay = float(context.parameters.get("delay_s", 0.5))
+                self.delay = float(context.parameters.get("delay_s", 1.0))
 
             def execute(self, inputs):
                 time.sleep(self.delay)
@@ -42,7 +42,7 @@ CONFIG_YAML = {
     "slow": """
         backend: python
         max_batch_size: 8
-        parameters: {delay_s: 0.5}
+        parameters: {delay_s: 1.0}
         inputs: [{name: x, datatype: FP32, shape: [-1, 4]}]
         outputs: [{name: y, datatype: FP32, shape: [-1, 4]}]
     """,

@@ -180,7 +180,7 @@ def test_v2_timeout_parameter_becomes_deadline_exceeded(py_stub: Stub) -> None:
     )
     code, details = _code(py_stub.ModelInfer, message, timeout=30)
     assert code == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert "deadline" in details
+    assert "model 'slow'" in details  # expired in the queue or while running: both are this status
 
 
 def test_cancelled_call_leaves_the_queue(python_server: ServerProcess, py_stub: Stub) -> None:
