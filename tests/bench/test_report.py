@@ -82,3 +82,10 @@ def test_merge_concatenates() -> None:
     assert merged.errors == {"x": 3, "y": 1}
     assert merged.tokens == 5 and merged.elapsed_s == 2.5
     assert merged.completed == 7
+
+
+def test_progress_line() -> None:
+    from tensorgate.bench.progress import progress_line
+
+    line = progress_line(2.0, 10.0, RunResult(latencies=[0.1] * 9, errors={"timeout": 1}))
+    assert "2.0/10 s" in line and "10 req" in line and "5.0 req/s" in line and "1 errors" in line
