@@ -51,7 +51,10 @@ async def read_body(receive: Receive, content_length: int | None, limit: int) ->
 
 
 def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
-    if not encoding or encoding == "identity":
+    if not encoding:
+        return body
+    encoding = encoding.strip().lower()  # content codings are case-insensitive (RFC 9110 8.4.1)
+    if encoding == "identity":
         return body
     if encoding not in ("gzip", "deflate"):
         raise UnsupportedMedia(f"unsupported Content-Encoding {encoding[:40]!r}; use gzip, deflate or none")

@@ -1,0 +1,78 @@
+"""Per-model config.yaml: schema, defaults, and messages that name the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tensorgate.config.loading import load_file, validate
+from tensorgate.config.model_config import DEFAULT_MAX_QUEUE_SIZE, ModelConfig, VersionPolicy
+from tensorgate.errors import ConfigError
+
+
+def test_everything_is_optional() -> None:
+    config = validate(ModelConfig, None, "m/config.yaml")
+    assert config.backend is None
+    assert config.max_batch_size is None
+    assert config.inputs is None
+    assert len(config.instance_group) == 1
+    assert config.instance_group[0].kind == "cpu"
+    assert config.version_policy == VersionPolicy()
+
+
+def test_full_config(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        """
+backend: onnxruntime
+max_batch_size: 32
+inputs: [{name: x, datatype: FP32, shape: [-1, 3, 224, 224]}]
+outputs: [{name: y, datatype: FP32, shape: [-1, 1000]}]
+dynamic_batching: {max_queue_delay_ms: 2, preferred_batch_sizes: [8, 16], priority_levels: 2, default_priority: 2}
+instance_group: [{count: 2, kind: gpu, devices: [0, 1]}]
+version_policy: {latest: 2}
+"""
+    )
+    config = load_file(ModelConfig, path)
+    assert config.inputs is not None and config.inputs[0].shape == [-1, 3, 224, 224]
+    assert config.dynamic_batching is not None
+    assert config.dynamic_batching.max_queue_size == DEFAULT_MAX_QUEUE_SIZE
+    assert config.instance_group[0].devices == [0, 1]
+    assert config.version_policy.latest == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("max_batch_size: -1", "key 'max_batch_size': Input should be greater than or equal to 0"),
+        ("max_batchsize: 4", "key 'max_batchsize': unknown key"),
+        ("backend: tensorflow", "key 'backend': Input should be 'onnxruntime', 'python' or 'llm'"),
+        ("inputs: [{name: x, datatype: FP32, shape: [-2]}]", "key 'inputs.0.shape': Value error, dimensions"),
+        ("inputs: [{name: x, shape: [1]}]", "key 'inputs.0.datatype': Field required"),
+        ("instance_group: [{kind: tpu}]", "key 'instance_group.0.kind': Input should be 'cpu', 'gpu' or 'npu'"),
+        ("instance_group: [{count: 0}]", "key 'instance_group.0.count'"),
+        ("version_policy: {latest: 1, all: true}", "choose one of latest, all, specific"),
+        ("version_policy: {specific: [0]}", "versions are positive integers"),
+        ("version_policy: {latest: 0}", "key 'version_policy.latest'"),
+        ("dynamic_batching: {priority_levels: 2, default_priority: 3}", "default_priority 3 is above"),
+        ("dynamic_batching: {preferred_batch_sizes: [0]}", "preferred_batch_sizes must be positive"),
+        ("dynamic_batching: {max_queue_size: 0}", "key 'dynamic_batching.max_queue_size'"),
+        ("warmup: [{inputs: file}]", "needs a 'file' key"),
+        ("- a\n- b", "expected a mapping at the top level"),
+        ("max_batch_size: [1", "not valid YAML"),
+        ("!!python/object/apply:os.system ['true']", "not valid YAML"),
+    ],
+)
+def test_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_file(ModelConfig, path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the file"):
+        load_file(ModelConfig, tmp_path / "missing.yaml")
