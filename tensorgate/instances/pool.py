@@ -22,7 +22,10 @@ class InstancePool:
         return len(self._busy)
 
     def any_healthy(self) -> bool:
-        return any(i.healthy for i in self.instances)
+        for instance in self.instances:  # a plain loop: this runs on every request
+            if instance.healthy:
+                return True
+        return False
 
     def healthy_count(self) -> int:
         return sum(1 for i in self.instances if i.healthy)

@@ -1,14 +1,65 @@
-"""An instance in a thread of the server process, for backends that release the GIL (onnxruntime)."""
+"""An instance in a thread of the server process, for backends that release the GIL (onnxruntime).
+
+The instance owns one thread; the backend is only ever called from it, one batch at a time. The
+hand-off is a SimpleQueue in and ``call_soon_threadsafe`` out: about half the cost of
+``run_in_executor`` on a ThreadPoolExecutor, which matters when the model itself takes 20 µs.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from tensorgate.backends.base import Backend, LoadSpec
 from tensorgate.instances.base import Instance, ModelFailed
 from tensorgate.types import Array, TensorSpec
+
+_Job = tuple[Callable[[Any], Any], Any, asyncio.Future[Any], asyncio.AbstractEventLoop]
+
+
+def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class _Worker:
+    """One thread running submitted calls in order; results come back on the submitting loop."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[Any], Any], arg: Any) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._jobs.put((fn, arg, future, loop))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, arg, future, loop = job
+            try:
+                result, error = fn(arg), None
+            except BaseException as exc:  # handed to the awaiting coroutine, never lost
+                result, error = None, exc
+            try:
+                loop.call_soon_threadsafe(_resolve, future, result, error)
+            except RuntimeError:  # the loop closed while the job ran: nobody is waiting
+                pass
+
+    def stop(self) -> None:
+        self._jobs.put(None)
 
 
 class ThreadInstance(Instance):
@@ -16,13 +67,11 @@ class ThreadInstance(Instance):
         super().__init__(name, spec.device)
         self._backend = backend
         self._spec = spec
-        # One thread per instance: the backend is called from that thread only, one batch at a time.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"instance-{name}")
+        self._worker = _Worker(f"instance-{name}")
         self._closed = False
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._backend.load, self._spec)
+        await self._worker.submit(self._backend.load, self._spec)
 
     def input_specs(self) -> tuple[TensorSpec, ...]:
         return self._backend.inputs()
@@ -31,11 +80,11 @@ class ThreadInstance(Instance):
         return self._backend.outputs()
 
     async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, self._backend.execute, inputs)
+            result: dict[str, Array] = await self._worker.submit(self._backend.execute, inputs)
         except Exception as exc:
             raise ModelFailed(f"{type(exc).__name__}: {exc}") from exc
+        return result
 
     @property
     def healthy(self) -> bool:
@@ -45,6 +94,5 @@ class ThreadInstance(Instance):
         if self._closed:
             return
         self._closed = True
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._backend.close)
-        self._executor.shutdown(wait=False)
+        await self._worker.submit(lambda _: self._backend.close(), None)
+        self._worker.stop()

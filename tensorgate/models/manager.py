@@ -41,6 +41,14 @@ class ModelEntry:
     def ready_versions(self) -> list[ModelVersion]:
         return sorted((v for v in self.versions.values() if v.ready), key=lambda v: v.version)
 
+    def latest_ready(self) -> ModelVersion | None:
+        """The highest READY version; a loop rather than a sort, because every request asks."""
+        best: ModelVersion | None = None
+        for version in self.versions.values():
+            if version.ready and (best is None or version.version > best.version):
+                best = version
+        return best
+
 
 def _queue_settings(db: DynamicBatching | None) -> QueueSettings:
     db = db or DynamicBatching()

@@ -48,7 +48,7 @@ class ModelRouter:
                     )
                 raise NotFound(f"unknown version {version} of model '{name}'")
             return found
-        ready = entry.ready_versions()
-        if not ready:
+        latest = entry.latest_ready()
+        if latest is None:
             raise Unavailable(f"model '{name}' has no ready version", retry_after_s=1.0)
-        return ready[-1]
+        return latest

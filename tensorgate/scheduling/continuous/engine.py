@@ -34,6 +34,10 @@ class StepRunner(Protocol):
         """Run one step (called from the engine's worker thread only)."""
         ...
 
+    def reset(self) -> None:
+        """Drop every sequence's state (called once when an engine starts)."""
+        ...
+
 
 class Detokenizer(Protocol):
     def decode(self, token_ids: Seq[int]) -> str: ...
@@ -117,6 +121,7 @@ class Engine:
 
     async def start(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-engine")
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._runner.reset)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="llm-engine")
 
     async def aclose(self) -> None:
