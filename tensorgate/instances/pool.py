@@ -22,7 +22,7 @@ class InstancePool:
         return len(self._busy)
 
     def any_healthy(self) -> bool:
-        for instance in self.instances:  # a plain loop: this runs on every request
+        for instance in self.instances:  # noqa: SIM110 - a plain loop: no generator per request
             if instance.healthy:
                 return True
         return False
