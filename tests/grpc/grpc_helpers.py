@@ -36,13 +36,35 @@ MODEL_PY = {
             def execute(self, inputs):
                 return {"y": np.array(inputs["x"], copy=True)}
     """,
+    "boom": """
+        from tensorgate import PythonModel
+
+        class Boom(PythonModel):
+            def execute(self, inputs):
+                raise RuntimeError("secret detail from /internal/path")
+    """,
 }
+MODEL_PY["narrow"] = MODEL_PY["slow"]  # slow, with a queue of one
 
 CONFIG_YAML = {
     "slow": """
         backend: python
         max_batch_size: 8
         parameters: {delay_s: 1.0}
+        inputs: [{name: x, datatype: FP32, shape: [-1, 4]}]
+        outputs: [{name: y, datatype: FP32, shape: [-1, 4]}]
+    """,
+    "narrow": """
+        backend: python
+        max_batch_size: 1
+        parameters: {delay_s: 1.0}
+        dynamic_batching: {max_queue_size: 1}
+        inputs: [{name: x, datatype: FP32, shape: [-1, 4]}]
+        outputs: [{name: y, datatype: FP32, shape: [-1, 4]}]
+    """,
+    "boom": """
+        backend: python
+        max_batch_size: 8
         inputs: [{name: x, datatype: FP32, shape: [-1, 4]}]
         outputs: [{name: y, datatype: FP32, shape: [-1, 4]}]
     """,

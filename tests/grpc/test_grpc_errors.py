@@ -198,3 +198,25 @@ def test_cancelled_call_leaves_the_queue(python_server: ServerProcess, py_stub: 
     assert py_stub.ModelInfer(slow_request(3.0), timeout=30).model_name == "slow"
     after = py_stub.ModelStatistics(stats, timeout=30).model_stats[0].inference_count
     assert after - before == 2  # the cancelled request never ran
+
+
+def _x(model: str, value: float = 1.0) -> Any:
+    return _request(model=model, shape=(1, 4), raw=[np.full((1, 4), value, np.float32).tobytes()])
+
+
+def test_model_failure_is_internal_without_detail(py_stub: Stub) -> None:
+    code, details = _code(py_stub.ModelInfer, _x("boom"), timeout=30)
+    assert code == grpc.StatusCode.INTERNAL
+    assert "boom" in details
+    assert "secret" not in details and "/internal" not in details and "Traceback" not in details
+
+
+def test_full_queue_is_unavailable(python_server: ServerProcess, py_stub: Stub) -> None:
+    running = py_stub.ModelInfer.future(_x("narrow"), timeout=30)
+    queued = py_stub.ModelInfer.future(_x("narrow"), timeout=30)
+    wait_inflight(python_server, "narrow", 2)  # one running, one filling the queue of one
+    with pytest.raises(grpc.RpcError) as info:
+        py_stub.ModelInfer.with_call(_x("narrow"), timeout=30)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert ("retry-after", "1") in tuple(info.value.trailing_metadata())
+    assert running.result().model_name == queued.result().model_name == "narrow"

@@ -65,6 +65,12 @@ def _timeout(request: InferRequest, context: Any) -> InferRequest:
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    """The RPCs of ``inference.GRPCInferenceService``; created by the listener, one per server.
+
+    Handlers run on the event loop and never block: tensors are decoded with ``np.frombuffer``
+    views and models run in their instances, off the loop.
+    """
+
     def __init__(self, service: InferenceService, settings: GrpcSettings, tracer: Tracer, clock: Clock) -> None:
         self._service = service
         self._settings = settings
