@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 # Adds 1 to its input after sleeping ``delay_ms``; ``first_call_ms`` makes the first call slow
@@ -77,12 +78,20 @@ def v2_body(values: list[list[float]], **parameters: Any) -> dict[str, Any]:
     return body
 
 
+_SCRAPER: httpx.Client | None = None
+
+
 def metric(url: str, name: str, **labels: str) -> float:
-    """The value of one sample on a Prometheus endpoint (0 when absent)."""
-    import httpx
+    """The sum of the matching samples on a Prometheus endpoint (0 when absent).
+
+    Blocking: from async tests call it through ``asyncio.to_thread``.
+    """
+    global _SCRAPER
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(url, timeout=5.0).text
+    if _SCRAPER is None:  # one client: creating one per call costs an SSL context each time
+        _SCRAPER = httpx.Client(timeout=5.0)
+    text = _SCRAPER.get(url).text
     total = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

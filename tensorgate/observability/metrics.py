@@ -17,6 +17,8 @@ from prometheus_client import (
     ProcessCollector,
 )
 
+from tensorgate.observability.gpu import register_gpu_metrics
+
 # Latency buckets from 0.5 ms to 60 s: small models answer in ~1 ms, generation runs for seconds.
 LATENCY_BUCKETS = (
     0.0005,
@@ -48,6 +50,7 @@ class Metrics:
         if process:
             ProcessCollector(namespace="tensorgate", registry=self.registry)
             PlatformCollector(registry=self.registry)
+            register_gpu_metrics(self.registry)
         r = self.registry
         mv = ["model", "version"]
         self.requests = Counter("tensorgate_requests", "Inference requests by outcome.", [*mv, "outcome"], registry=r)
