@@ -68,8 +68,8 @@ def ensure_hey() -> tuple[str | None, str]:
     return None, "hey is not installed and `apt-get install -y hey` failed; the comparison is skipped."
 
 
-def run_hey(hey: str, url: str, body_path: Path, seconds: float) -> Measure:
-    command = [hey, "-c", str(CONCURRENCY), "-z", f"{seconds:g}s", "-m", "POST", "-T", "application/json"]
+def run_hey(prefix: list[str], hey: str, url: str, body_path: Path, seconds: float) -> Measure:
+    command = [*prefix, hey, "-c", str(CONCURRENCY), "-z", f"{seconds:g}s", "-m", "POST", "-T", "application/json"]
     output = subprocess.run(
         [*command, "-D", str(body_path), url], capture_output=True, text=True, check=True, timeout=seconds + 60
     ).stdout
@@ -81,8 +81,10 @@ def run_hey(hey: str, url: str, body_path: Path, seconds: float) -> Measure:
     return Measure("hey", rps, p50 * 1000, p99 * 1000, errors)
 
 
-def run_ours(server: ServerProcess, input_file: Path, seconds: float, out: Path, plot: Path | None) -> Measure:
-    command = [sys.executable, "-m", "tensorgate", "bench", "mlp", "-u", server.url, "-c", str(CONCURRENCY)]
+def run_ours(
+    prefix: list[str], server: ServerProcess, input_file: Path, seconds: float, out: Path, plot: Path | None
+) -> Measure:
+    command = [*prefix, sys.executable, "-m", "tensorgate", "bench", "mlp", "-u", server.url, "-c", str(CONCURRENCY)]
     command += ["-z", f"{seconds:g}s", "--input-file", str(input_file), "--json", str(out)]
     if plot is not None:
         command += ["--plot", str(plot)]
@@ -173,6 +175,67 @@ def client_options(server: ServerProcess, body: bytes, n: int) -> list[str]:
     return lines
 
 
+@dataclass
+class Setup:
+    server: ServerProcess
+    hey: str
+    url: str
+    body_path: Path
+    input_file: Path
+    scratch: Path
+    seconds: float
+    rounds: int
+
+
+def pin_server(server: ServerProcess, cpus: set[int]) -> None:
+    """Move every thread of the server onto ``cpus`` (threads it starts later inherit this)."""
+    assert server.process is not None
+    for tid in os.listdir(f"/proc/{server.process.pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def compare(setup: Setup, prefix: list[str], plot: Path | None) -> list[str]:
+    """Alternating rounds of hey and ours; a per-round table, medians, ratios and the bar."""
+    measures: list[tuple[Measure, Measure]] = []
+    for round_index in range(setup.rounds):
+        last = plot if round_index == setup.rounds - 1 else None
+        ours_json = setup.scratch / "ours.json"
+        # Alternate who goes first so a drift in the machine's load favours neither client.
+        if round_index % 2 == 0:
+            theirs = run_hey(prefix, setup.hey, setup.url, setup.body_path, setup.seconds)
+            ours = run_ours(prefix, setup.server, setup.input_file, setup.seconds, ours_json, last)
+        else:
+            ours = run_ours(prefix, setup.server, setup.input_file, setup.seconds, ours_json, last)
+            theirs = run_hey(prefix, setup.hey, setup.url, setup.body_path, setup.seconds)
+        pair = (theirs, ours)
+        measures.append(pair)
+    lines = ["| round | client | req/s | P50 (ms) | P99 (ms) | errors |", "|---|---|---:|---:|---:|---:|"]
+    for i, pair in enumerate(measures, 1):
+        for m in pair:
+            lines.append(f"| {i} | {m.tool} | {m.rps:,.0f} | {m.p50_ms:.2f} | {m.p99_ms:.2f} | {m.errors} |")
+    hey_rps = statistics.median(t.rps for t, _ in measures)
+    our_rps = statistics.median(o.rps for _, o in measures)
+    hey_p50 = statistics.median(t.p50_ms for t, _ in measures)
+    our_p50 = statistics.median(o.p50_ms for _, o in measures)
+    rps_ratio, p50_ratio = our_rps / hey_rps, our_p50 / hey_p50
+
+    def mark(ok: bool) -> str:
+        return "yes" if ok else "**no**"
+
+    return [
+        *lines,
+        "",
+        f"Median over rounds: hey {hey_rps:,.0f} req/s, P50 {hey_p50:.2f} ms; tensorgate bench "
+        f"{our_rps:,.0f} req/s, P50 {our_p50:.2f} ms. **Ratios (ours / hey): req/s {rps_ratio:.2f}, "
+        f"P50 {p50_ratio:.2f}.**",
+        "",
+        f"- req/s at least hey's: {mark(rps_ratio >= 1.0)}",
+        f"- throughput within 15 %: {mark(abs(rps_ratio - 1) <= TOLERANCE)}",
+        f"- P50 within 15 %: {mark(abs(p50_ratio - 1) <= TOLERANCE)}",
+        "",
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -194,58 +257,34 @@ def main() -> int:
         body_path, input_file = Path(tmp) / "body.json", Path(tmp) / "requests.json"
         body_path.write_bytes(body)
         input_file.write_text(json.dumps([json.loads(body)]))
-        url = server.url + "/v2/models/mlp/infer"
         # Warm the server (thread pools, allocator, batcher) before anything is measured.
-        run_ours(server, input_file, 1.0, Path(tmp) / "warm.json", None)
+        run_ours([], server, input_file, 1.0, Path(tmp) / "warm.json", None)
         lines += [
             f"`mlp` (features FP32 [1,16]) over keep-alive HTTP/1.1 V2 JSON, {CONCURRENCY} connections, "
-            f"{args.seconds:g} s per run, {args.rounds} alternating rounds; server and clients share this machine "
-            f"({os.cpu_count()} cores).",
+            f"{args.seconds:g} s per run, {args.rounds} rounds alternating who goes first, medians compared. "
+            f"This machine has {os.cpu_count()} cores and is shared with other work, so single rounds swing widely.",
             "",
         ]
         if hey is None:
             lines += [f"_{note}_", ""]
         else:
-            measures: list[tuple[Measure, Measure]] = []
-            for round_index in range(args.rounds):
-                plot = OUT / f"{STEM}-cdf.png" if round_index == args.rounds - 1 else None
-                # Alternate who goes first so a drift in the machine's load favours neither client.
-                if round_index % 2 == 0:
-                    theirs = run_hey(hey, url, body_path, args.seconds)
-                    ours = run_ours(server, input_file, args.seconds, Path(tmp) / "ours.json", plot)
-                else:
-                    ours = run_ours(server, input_file, args.seconds, Path(tmp) / "ours.json", plot)
-                    theirs = run_hey(hey, url, body_path, args.seconds)
-                measures.append((theirs, ours))
-            lines += [
-                "| round | client | req/s | P50 (ms) | P99 (ms) | errors |",
-                "|---|---|---:|---:|---:|---:|",
-            ]
-            for i, pair in enumerate(measures, 1):
-                for m in pair:
-                    lines.append(f"| {i} | {m.tool} | {m.rps:,.0f} | {m.p50_ms:.2f} | {m.p99_ms:.2f} | {m.errors} |")
-            hey_rps = statistics.median(t.rps for t, _ in measures)
-            our_rps = statistics.median(o.rps for _, o in measures)
-            hey_p50 = statistics.median(t.p50_ms for t, _ in measures)
-            our_p50 = statistics.median(o.p50_ms for _, o in measures)
-            rps_ratio, p50_ratio = our_rps / hey_rps, our_p50 / hey_p50
-
-            def mark(ok: bool) -> str:
-                return "yes" if ok else "**no**"
-
-            lines += [
-                "",
-                f"Median over rounds: hey {hey_rps:,.0f} req/s, P50 {hey_p50:.2f} ms; tensorgate bench "
-                f"{our_rps:,.0f} req/s, P50 {our_p50:.2f} ms. **Ratios (ours / hey): req/s {rps_ratio:.2f}, "
-                f"P50 {p50_ratio:.2f}.**",
-                "",
-                f"- req/s at least hey's: {mark(rps_ratio >= 1.0)}",
-                f"- throughput within 15 %: {mark(abs(rps_ratio - 1) <= TOLERANCE)}",
-                f"- P50 within 15 %: {mark(abs(p50_ratio - 1) <= TOLERANCE)}",
-                "",
-                f"![latency CDF of the last tensorgate bench round](out/{STEM}-cdf.png)",
-                "",
-            ]
+            setup = Setup(
+                server, hey, server.url + "/v2/models/mlp/infer", body_path, input_file, Path(tmp), args.seconds,
+                args.rounds,
+            )  # fmt: skip
+            lines += ["### Server and client share all cores", ""]
+            lines += compare(setup, [], None)
+            if (os.cpu_count() or 1) >= 2 and shutil.which("taskset"):
+                pin_server(server, {0})
+                lines += [
+                    "### Server pinned to CPU 0, client pinned to CPU 1",
+                    "",
+                    "Each client gets one core of its own, so neither takes CPU from the server: "
+                    "the client-is-not-the-bottleneck check proper.",
+                    "",
+                ]
+                lines += compare(setup, ["taskset", "-c", "1"], OUT / f"{STEM}-cdf.png")
+                lines += [f"![latency CDF of the last tensorgate bench round](out/{STEM}-cdf.png)", ""]
         lines += ["### HTTP client options on one core", ""]
         lines += client_options(server, body, args.client_requests)
         lines += [

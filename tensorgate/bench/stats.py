@@ -1,8 +1,8 @@
 """Latency statistics: percentiles, summaries and their merge across client processes.
 
 Percentiles use linear interpolation between closest ranks, the same definition as
-``numpy.percentile``'s default, so numbers agree with whatever an operator computes from the
-raw latencies in ``--json`` output.
+``numpy.percentile``'s default, so the numbers agree with whatever an operator computes from
+the same latencies with numpy (the tests pin this).
 """
 
 from __future__ import annotations

@@ -50,14 +50,19 @@ def _levels(text: str) -> list[float]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", help="model name (or use -m)")
-    parser.add_argument("-m", "--model", dest="model_flag", help="model name")
+    parser.add_argument("-m", "--model", dest="model_flag", metavar="MODEL", help="model name")
     parser.add_argument("--model-version", help="model version (default: the server's choice)")
     parser.add_argument("-u", "--url", help="server URL (default http://127.0.0.1:8080; 127.0.0.1:8081 for grpc)")
     parser.add_argument("--protocol", choices=PROTOCOLS, default="v2-json", help="wire protocol (default v2-json)")
     load = parser.add_argument_group("load")
     load.add_argument("-c", "--concurrency", type=int, default=None, help="closed loop: requests in flight (default 1)")
     load.add_argument("--rate", type=float, help="open loop: Poisson arrivals at this many requests/s")
-    load.add_argument("-z", "--duration", type=_argument(parse_duration, "--duration"), help="run time, e.g. 30s")
+    load.add_argument(
+        "-z",
+        "--duration",
+        type=_argument(parse_duration, "--duration"),
+        help="run time, e.g. 30s (default 10s unless -n is given)",
+    )
     load.add_argument("-n", "--requests", type=int, help="counted requests to send (after warm-up)")
     load.add_argument("--warmup", type=_argument(parse_duration, "--warmup"), default=0.0, help="seconds not counted")
     load.add_argument(
