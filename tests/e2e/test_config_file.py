@@ -18,6 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from tensorgate.cli.main import main
 from tensorgate.examples.build import mlp_model
 from tensorgate.testing import ServerProcess
 
@@ -176,21 +177,37 @@ _FREE_PORTS = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
         ("server: {max_body_bytes: lots}\n", r"key 'server\.max_body_bytes': .*integer"),
         ("server: {drain_delay_s: -1}\n", r"key 'server\.drain_delay_s': .*greater than or equal to 0"),
         ("server: {log_level: verbose}\n", r"key 'server\.log_level': .*'debug', 'info'"),
-        ("models:\n  - {name: ../etc, model_path: m.onnx}\n", r"key 'models\.0\.name': .*not a valid model name"),
-        (
-            "models:\n  - {name: m, model_path: a.onnx}\n  - {name: m, model_path: b.onnx}\n",
-            r"key 'models': model 'm' lists a version twice",
-        ),
         ("- just\n- a list\n", r"expected a mapping"),
         ("server: [unclosed\n", r"not valid YAML"),
         ("server: {model_repository: no/such/dir}\n", r"key 'server\.model_repository': .* is not a directory"),
     ],
 )
-def test_config_errors(tmp_path: Path, text: str, expected: str) -> None:
+def test_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str) -> None:
+    """The command itself, in this process (fast): exit code 2 and one message on stderr."""
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    # Flags override the file: every port is 0, so a case that wrongly starts a server binds nothing shared.
+    code = main(["serve", "--config", str(config), *_FREE_PORTS])
+    stderr = capsys.readouterr().err
+    assert code == 2, stderr
+    assert stderr.startswith(f"tensorgate: configuration error: {config}: ")
+    assert re.search(expected, stderr), stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("models:\n  - {name: ../etc, model_path: m.onnx}\n", r"key 'models\.0\.name': .*not a valid model name"),
+        (
+            "models:\n  - {name: m, model_path: a.onnx}\n  - {name: m, model_path: b.onnx}\n",
+            r"key 'models': model 'm' lists a version twice",
+        ),
+    ],
+)
+def test_config_errors_from_the_command_line(tmp_path: Path, text: str, expected: str) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text(text)
     result = subprocess.run(
-        # Flags override the file: every port is 0, so a case that wrongly starts a server binds nothing shared.
         [sys.executable, "-m", "tensorgate", "serve", "--config", str(config), *_FREE_PORTS],
         capture_output=True,
         text=True,
@@ -203,15 +220,9 @@ def test_config_errors(tmp_path: Path, text: str, expected: str) -> None:
     assert re.search(expected, result.stderr), result.stderr
 
 
-def test_missing_config_file(tmp_path: Path) -> None:
+def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.yaml"
-    result = subprocess.run(
-        [sys.executable, "-m", "tensorgate", "serve", "--config", str(missing), *_FREE_PORTS],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 2
-    assert str(missing) in result.stderr
-    assert "cannot read" in result.stderr
+    assert main(["serve", "--config", str(missing), *_FREE_PORTS]) == 2
+    stderr = capsys.readouterr().err
+    assert str(missing) in stderr
+    assert "cannot read" in stderr

@@ -171,6 +171,7 @@ CASES = [
     Case("batch-zero", 400, "batch size 0", _body(_features(rows=0, data=[]))),
     Case("batch-over-max", 400, "exceeds the maximum batch size 64", _body(_features(rows=65))),
     Case("json-depth-120", 400, "depth", _body(_features(), parameters=_nested(120))),
+    Case("json-depth-250000", 400, "not valid JSON", b'{"inputs": ' + b"[" * 250_000 + b"]" * 250_000 + b"}"),
     Case("duplicate-input", 400, "more than once", _body(_features(), _features())),
     Case(
         "missing-input",
@@ -468,4 +469,21 @@ def test_traversal_names_on_the_wire(server: ServerProcess, path: str, status: i
     ).encode() + body
     got, _headers, payload = _raw(server.ports["http"], request)
     _check_error(got, payload, status, expected)
+    assert httpx.get(server.url + "/v2/health/live").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}",
+        b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}",
+        b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"GARBAGE\r\n\r\n",
+    ],
+)
+def test_unparseable_http_is_a_json_400(server: ServerProcess, request_bytes: bytes) -> None:
+    status, headers, payload = _raw(server.ports["http"], request_bytes)
+    assert status == 400
+    assert headers["content-type"] == "application/json"
+    assert json.loads(payload) == {"error": "invalid HTTP request"}
     assert httpx.get(server.url + "/v2/health/live").status_code == 200
