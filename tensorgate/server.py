@@ -63,7 +63,7 @@ class Server:
         self._config_dir = config_dir or Path.cwd()
         self._config_source = config_source
         self.clock = clock or MonotonicClock()
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or Metrics(enabled=config.server.metrics_port is not None)
         self.manager = ModelManager(self.clock, self.metrics)
         self.service = InferenceService(self.manager)
         self.access_log = AccessLog(fmt=config.server.log_format, enabled=config.server.access_log)
@@ -94,6 +94,7 @@ class Server:
     async def start(self) -> None:
         section = self.config.server
         self.tracer = build_tracer(section.trace_exporter, section.trace_sample_ratio)
+        self.manager.tracer = self.tracer
         if section.host not in ("127.0.0.1", "localhost", "::1"):
             log.warning(
                 "HTTP binds %s: inference is reachable from the network; put TLS and auth in front",
@@ -105,7 +106,7 @@ class Server:
         )
         http = HttpListener(
             "http",
-            HttpApp(self.service, settings, self.clock, self.access_log),
+            HttpApp(self.service, settings, self.clock, self.access_log, self.tracer),
             bind_socket(section.host, section.http_port),
             keep_alive_s=section.keep_alive_s,
             exit_timeout_s=section.exit_timeout_s,

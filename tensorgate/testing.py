@@ -63,19 +63,10 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         ports_file = Path(self._tmp.name) / "ports.json"
-        command = [
-            sys.executable,
-            "-m",
-            "tensorgate",
-            "serve",
-            "--http-port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--ports-file",
-            str(ports_file),
-            *self._args,
-        ]
+        command = [sys.executable, "-m", "tensorgate", "serve", "--http-port", "0", "--ports-file", str(ports_file)]
+        if "--no-metrics" not in self._args:
+            command += ["--metrics-port", "0"]
+        command += self._args
         if not any(a == "--grpc-port" for a in self._args):
             command += ["--grpc-port", "0"]
         env = {**os.environ, **(self._env or {})}

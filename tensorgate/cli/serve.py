@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain-delay", type=float, help="seconds to keep serving after SIGTERM")
     parser.add_argument("--exit-timeout", type=float, help="seconds to finish in-flight requests on shutdown")
     parser.add_argument("--max-body-bytes", type=int, help="largest accepted request body (default 64 MiB)")
+    parser.add_argument("--no-metrics", action="store_true", help="record no metrics and open no metrics port")
+    parser.add_argument("--no-access-log", action="store_true", help="write no per-request access log lines")
     parser.add_argument(
         "--trace-exporter", choices=["none", "console", "otlp"], help="where spans go (default none: no tracing)"
     )
@@ -65,6 +67,10 @@ def build_config(args: argparse.Namespace) -> tuple[ServerConfig, Path, str]:
         value = getattr(args, flag, None)
         if value is not None:
             server[key] = value
+    if getattr(args, "no_metrics", False):
+        server["metrics_port"] = None
+    if getattr(args, "no_access_log", False):
+        server["access_log"] = False
     data["server"] = server
     config = validate(ServerConfig, data, source)
     repo = config.server.model_repository

@@ -23,6 +23,7 @@ from tensorgate.models.model_version import ModelVersion, VersionState, VersionS
 from tensorgate.models.specs import resolve_specs
 from tensorgate.models.warmup import warm_up
 from tensorgate.observability.metrics import Metrics
+from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.repository.source import ModelSource, VersionSource
 from tensorgate.scheduling.scheduler import QueueSettings
 
@@ -62,6 +63,7 @@ def _queue_settings(db: DynamicBatching | None) -> QueueSettings:
 
 class ModelManager:
     def __init__(self, clock: Clock, metrics: Metrics) -> None:
+        self.tracer: Tracer = NOOP_TRACER  # the server sets its tracer here before load_all
         self._clock = clock
         self._metrics = metrics
         self.models: dict[str, ModelEntry] = {}
@@ -114,6 +116,7 @@ class ModelManager:
                 _queue_settings(source.config.dynamic_batching),
                 self._clock,
                 vmetrics,
+                self.tracer,
             )
             status.state = VersionState.WARMING
             warm_started = self._clock.now()

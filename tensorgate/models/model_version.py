@@ -12,6 +12,7 @@ from tensorgate.instances.pool import InstancePool
 from tensorgate.models.specs import ResolvedSpecs
 from tensorgate.models.validation import validate_inputs, validate_outputs
 from tensorgate.observability.metrics import VersionMetrics
+from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
 from tensorgate.types import InferRequest, InferResponse, ModelMetadata
 
@@ -48,6 +49,7 @@ class ModelVersion:
         queue: QueueSettings,
         clock: Clock,
         metrics: VersionMetrics,
+        tracer: Tracer = NOOP_TRACER,
     ) -> None:
         self.name = name
         self.version = version
@@ -56,7 +58,7 @@ class ModelVersion:
         self.pool = pool
         self.state = VersionState.WARMING
         self.metrics = metrics
-        self.scheduler = Scheduler(name, version, pool, specs.batch, queue, clock, metrics)
+        self.scheduler = Scheduler(name, version, pool, specs.batch, queue, clock, metrics, tracer)
 
     @property
     def ready(self) -> bool:

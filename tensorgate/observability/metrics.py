@@ -44,10 +44,34 @@ LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 OUTCOMES = ("success", "invalid", "queue_full", "timeout", "cancelled", "error", "unavailable")
 
 
+class _Null:
+    """Stands in for every metric when metrics are off: each call does nothing."""
+
+    def labels(self, *_: object) -> _Null:
+        return self
+
+    def inc(self, *_: object) -> None:
+        pass
+
+    def dec(self, *_: object) -> None:
+        pass
+
+    def set(self, *_: object) -> None:
+        pass
+
+    def observe(self, *_: object) -> None:
+        pass
+
+
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None, *, process: bool = True) -> None:
+    """Every metric family the server exports. ``enabled=False`` records nothing (no metrics port)."""
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, process: bool = True, enabled: bool = True
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        if process:
+        self.enabled = enabled
+        if process and enabled:
             ProcessCollector(namespace="tensorgate", registry=self.registry)
             PlatformCollector(registry=self.registry)
             register_gpu_metrics(self.registry)
@@ -123,6 +147,11 @@ class Metrics:
             registry=r,
         )
         self.model_ready = Gauge("tensorgate_model_ready", "1 when the version is READY.", mv, registry=r)
+        if not enabled:
+            null = _Null()
+            for name, value in list(vars(self).items()):
+                if isinstance(value, Counter | Gauge | Histogram):
+                    setattr(self, name, null)
 
     def for_version(self, model: str, version: int) -> VersionMetrics:
         v = str(version)

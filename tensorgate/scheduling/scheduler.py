@@ -29,6 +29,7 @@ from tensorgate.errors import (
 from tensorgate.instances.base import Instance, InstanceDied, ModelFailed
 from tensorgate.instances.pool import InstancePool
 from tensorgate.observability.metrics import VersionMetrics
+from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, decide
 from tensorgate.scheduling.pending import Pending
 from tensorgate.scheduling.request_queue import RequestQueue
@@ -84,7 +85,9 @@ class Scheduler:
         queue: QueueSettings,
         clock: Clock,
         metrics: VersionMetrics,
+        tracer: Tracer = NOOP_TRACER,
     ) -> None:
+        self._tracer = tracer  # opens one span per executed batch (tensorgate.observability.tracing)
         self.model = model
         self.version = version
         self._pool = pool
@@ -269,7 +272,8 @@ class Scheduler:
             rows = [p.rows for p in batch]
             started = self._clock.now()
             try:
-                outputs = await instance.execute(inputs)
+                with self._tracer.batch((p.request for p in batch), sum(rows)):
+                    outputs = await instance.execute(inputs)
             except InstanceDied as exc:
                 log.warning("instance %s died running a batch of %d: %s", instance.name, len(batch), exc)
                 for item in batch:

@@ -27,6 +27,7 @@ from tensorgate.errors import (
 )
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
+from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.protocols.http.body import Receive, decompress, read_body
 from tensorgate.protocols.http.openai_routes import GenerationRoutes, is_generation_route
 from tensorgate.protocols.http.v1_codec import decode_predict, encode_predict
@@ -85,8 +86,14 @@ def _headers(scope: Scope) -> dict[str, str]:
 
 class HttpApp:
     def __init__(
-        self, service: InferenceService, settings: HttpSettings, clock: Clock, access: AccessLog | None = None
+        self,
+        service: InferenceService,
+        settings: HttpSettings,
+        clock: Clock,
+        access: AccessLog | None = None,
+        tracer: Tracer = NOOP_TRACER,
     ) -> None:
+        self._tracer = tracer
         self._service = service
         self._settings = settings
         self._clock = clock
@@ -269,16 +276,21 @@ class HttpApp:
         request = _with_ids(request, call)
         task = asyncio.current_task()
         assert task is not None
-        watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task))
-        try:
-            response = await self._service.infer(request)
-        except asyncio.CancelledError:
-            if watcher.done() and not watcher.cancelled() and watcher.result():
-                task.uncancel()
-                raise Cancelled("the client disconnected") from None
-            raise
-        finally:
-            watcher.cancel()
+        attributes = {"http.request.method": call.method, "url.path": call.path[:200]}
+        with self._tracer.request(f"{call.method} infer", request.traceparent, attributes) as span:
+            if span.traceparent is not None:  # None when tracing is off: no copy of the request
+                request = replace(request, traceparent=span.traceparent)
+            watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, task))
+            try:
+                response = await self._service.infer(request)
+            except asyncio.CancelledError:
+                if watcher.done() and not watcher.cancelled() and watcher.result():
+                    task.uncancel()
+                    raise Cancelled("the client disconnected") from None
+                raise
+            finally:
+                watcher.cancel()
+            span.record(response)
         call.version = str(response.version)
         call.queue_ms = response.queue_s * 1000
         call.compute_ms = response.compute_s * 1000
