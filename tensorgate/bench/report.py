@@ -213,7 +213,7 @@ def render_table(reports: Sequence[RunReport]) -> str:
             format_ms(r.latency.mean),
             *[format_ms(r.latency.get(q)) for q in REPORTED],
             format_ms(r.latency.maximum),
-            f"{r.latency.tail_ratio:.2f}",
+            "-" if math.isnan(r.latency.tail_ratio) else f"{r.latency.tail_ratio:.2f}",
         ]
         for r in reports
     ]

@@ -49,6 +49,8 @@ def _channel(endpoint: Endpoint) -> Any:
 
 async def fetch_metadata(endpoint: Endpoint, model: str, version: str | None, timeout_s: float) -> list[TensorMeta]:
     """The model's inputs from ``ModelMetadata``, for servers that speak only gRPC."""
+    import grpc
+
     service_pb2, service_pb2_grpc = _stubs()
     channel = _channel(endpoint)
     try:
@@ -56,6 +58,10 @@ async def fetch_metadata(endpoint: Endpoint, model: str, version: str | None, ti
         reply = await stub.ModelMetadata(
             service_pb2.ModelMetadataRequest(name=model, version=version or ""), timeout=timeout_s
         )
+    except grpc.aio.AioRpcError as exc:
+        raise RuntimeError(
+            f"cannot fetch model metadata over gRPC from {endpoint.authority}: {exc.code().name} {exc.details()}"
+        ) from exc
     finally:
         await channel.close()
     return [TensorMeta(i.name, i.datatype.upper(), tuple(int(d) for d in i.shape)) for i in reply.inputs]
