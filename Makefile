@@ -33,5 +33,9 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py
 
+# Regenerate the committed gRPC stubs (a test checks that this changes nothing).
+proto: $(STAMP)
+	$(BIN)/python -m tensorgate.protocols.grpc.generate
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -137,7 +137,7 @@ class Server:
             return
         self._grpc = GrpcListener(
             self.service,
-            GrpcSettings(limits=GrpcLimits(section.max_elements, section.max_body_bytes)),
+            GrpcSettings(limits=GrpcLimits(section.max_elements, section.max_body_bytes), access=self.access_log),
             self.tracer,
             self.clock,
             host=section.host,
@@ -177,10 +177,11 @@ class Server:
         self.service.draining = True
         if section.drain_delay_s > 0:
             await asyncio.sleep(section.drain_delay_s)  # load balancers need time to stop sending
-        for listener in self._listeners:
-            await listener.stop()
+        # HTTP and gRPC stop together, so the exit timeout bounds both rather than each in turn.
+        stopping = [listener.stop() for listener in self._listeners]
         if self._grpc is not None:
-            await self._grpc.stop(grace_s=section.exit_timeout_s)  # GOAWAY; in-flight RPCs finish
+            stopping.append(self._grpc.stop(grace_s=section.exit_timeout_s))  # GOAWAY; in-flight RPCs finish
+        await asyncio.gather(*stopping)
         abandoned = sum(
             v.scheduler.queued + v.scheduler.running for e in self.manager.models.values() for v in e.versions.values()
         )

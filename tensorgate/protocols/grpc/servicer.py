@@ -24,6 +24,7 @@ from tensorgate.errors import (
     TensorgateError,
 )
 from tensorgate.models.service import InferenceService
+from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.tracing import RequestSpan, Tracer
 from tensorgate.protocols.grpc import codec
 from tensorgate.protocols.grpc.errors import Metadata, abort
@@ -33,7 +34,6 @@ from tensorgate.repository.names import check_model_name
 from tensorgate.types import InferRequest
 
 log = logging.getLogger(__name__)
-access_log = logging.getLogger("tensorgate.access")
 
 T = TypeVar("T")
 
@@ -46,6 +46,7 @@ STREAM_WINDOW = 64
 class GrpcSettings:
     limits: codec.GrpcLimits
     management: bool = False
+    access: AccessLog | None = None  # the server's access log, shared with HTTP
 
 
 def _metadata(context: Any) -> dict[str, str]:
@@ -165,9 +166,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         """Decode, run and encode one request; raises TensorgateError for the caller to report."""
         started = self._clock.now()
         outcome = "OK"
+        timings = [0.0, 0.0]  # queue and compute seconds, filled in by _run on success
         try:
             with self._tracer.request(rpc, traceparent, {"rpc.system": "grpc", "rpc.method": rpc}) as span:
-                return await self._run(message, context, request_id, traceparent, span)
+                return await self._run(message, context, request_id, traceparent, span, timings)
         except TensorgateError as exc:
             outcome = exc.grpc_status
             raise
@@ -175,10 +177,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             outcome = "CANCELLED"
             raise
         finally:
-            self._access(rpc, message, request_id, outcome, started)
+            self._access(rpc, message, request_id, outcome, started, timings)
 
     async def _run(
-        self, message: Any, context: Any, request_id: str, traceparent: str | None, span: RequestSpan
+        self,
+        message: Any,
+        context: Any,
+        request_id: str,
+        traceparent: str | None,
+        span: RequestSpan,
+        timings: list[float],
     ) -> Any:
         try:
             request = codec.decode_infer(message, self._settings.limits)
@@ -189,6 +197,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         request = _timeout(request, context)
         request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent)
         response = await self._service.infer(request)
+        timings[0], timings[1] = response.queue_s, response.compute_s
         span.record(response)
         with span.child("encode"):
             return codec.encode_infer(response)
@@ -253,22 +262,24 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         answer.infer_response.model_name = message.model_name
         return answer
 
-    def _access(self, rpc: str, message: Any, request_id: str, status: str, started: float) -> None:
-        if not access_log.isEnabledFor(logging.INFO):
+    def _access(
+        self, rpc: str, message: Any, request_id: str, status: str, started: float, timings: list[float]
+    ) -> None:
+        access = self._settings.access
+        if access is None or not access.enabled:
             return
-        access_log.info(
-            "grpc %s %s",
-            rpc,
-            status,
-            extra={
+        access.record(
+            {
                 "request_id": request_id,
                 "protocol": "grpc",
                 "method": rpc,
                 "model": message.model_name[:128] or "-",
                 "version": message.model_version[:20] or "-",
                 "status": status,
+                "queue_ms": round(timings[0] * 1000, 3),
+                "compute_ms": round(timings[1] * 1000, 3),
                 "total_ms": round((self._clock.now() - started) * 1000, 3),
-            },
+            }
         )
 
 
