@@ -12,8 +12,11 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # torch is pinned to the CPU build (2.13.0); any other version pulls a multi-GB CUDA build.
+# /opt/wheels (where this machine keeps the CPU torch wheel) is searched when it exists.
+FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+
 $(STAMP): pyproject.toml $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,llm]'
+	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[dev,llm]'
 	touch $(STAMP)
 
 install: $(STAMP)
