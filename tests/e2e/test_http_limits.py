@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import socket
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -201,3 +202,64 @@ def test_a_few_chunks_are_fine(server: ServerProcess) -> None:
         )
         status, _headers, _payload = _read_response(sock)
     assert status == 200
+
+
+def _exchange(server: ServerProcess, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=20) as sock:
+        try:
+            sock.sendall(request)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused and closed before everything was sent
+        return _read_response(sock)
+
+
+def test_uri_too_long(server: ServerProcess) -> None:
+    status, headers, body = _exchange(server, b"GET /v2/models/" + b"a" * (16 * KIB) + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 414
+    assert headers["connection"] == "close"
+    assert "URI exceeds" in json.loads(body)["error"]
+    long_but_fine = b"GET /v2/health/live?" + b"q" * (8 * KIB) + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    assert _exchange(server, long_but_fine)[0] == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        b"".join(b"X-H%d: v\r\n" % i for i in range(200)),
+        b"X-Big: " + b"v" * (80 * KIB) + b"\r\n",
+        b"X-Endless: " + b"v" * (2 << 20),  # never completes: bounded while buffering
+    ],
+    ids=["200-headers", "80-KiB-header", "unterminated-2-MiB-header"],
+)
+def test_headers_too_large(server: ServerProcess, headers: bytes) -> None:
+    status, _headers, body = _exchange(server, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+    assert status == 431
+    assert "headers exceed" in json.loads(body)["error"]
+    assert httpx.get(server.url + "/v2/health/live").status_code == 200
+
+
+def test_ordinary_headers_are_fine(server: ServerProcess) -> None:
+    headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(50))
+    request = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers + b"\r\n"
+    assert _exchange(server, request)[0] == 200
+
+
+def test_pipelined_requests_on_one_connection(server: ServerProcess) -> None:
+    one = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=20) as sock:
+        sock.sendall(one * 3)
+        assert [_read_response(sock)[0] for _ in range(3)] == [200, 200, 200]
+
+
+@pytest.mark.slow
+def test_slow_headers_are_cut_off(server: ServerProcess) -> None:
+    """Slowloris: a request whose headers never complete is answered 408 and closed (default 10 s)."""
+    with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=20) as sock:
+        started = time.monotonic()
+        sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
+        status, headers, body = _read_response(sock)
+        elapsed = time.monotonic() - started
+    assert status == 408
+    assert headers["connection"] == "close"
+    assert "not received within" in json.loads(body)["error"]
+    assert 9.0 < elapsed < 12.0

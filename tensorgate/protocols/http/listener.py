@@ -19,40 +19,120 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tensorgate.protocols.http.body import MAX_CHUNKS
 
+# Request-line and header bounds (reliability plan P-2): a URI past 16 KiB is 414; more than 100
+# header fields or 64 KiB of them is 431. Until the headers are complete at most 1 MiB is buffered.
+MAX_URL_BYTES = 16 * 1024
+MAX_HEADERS = 100
+MAX_HEADER_BYTES = 64 * 1024
+_MAX_HEAD_BUFFER = 1 << 20
 
-class _ChunkLimitExceeded(Exception):
-    pass
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+
+
+class _Refused(Exception):
+    """Raised from a parser callback; httptools turns it into HttpParserError, so uvicorn answers 400."""
 
 
 class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
-    """uvicorn's httptools protocol, counting HTTP chunks per request and answering parse errors in JSON.
+    """uvicorn's httptools protocol with the limits only the parser can see, and errors in JSON.
 
-    uvicorn joins the chunks that arrive together into one ASGI message, so only the parser sees how
-    many chunks a body had. Past ``MAX_CHUNKS`` (Triton's CVE-2025-23310 regression sends one more)
-    the request is refused with 400 and the connection closed.
+    - HTTP chunks are counted per request: uvicorn joins chunks that arrive together into one ASGI
+      message, so only the parser knows how many a body had. Past ``MAX_CHUNKS`` (Triton's
+      CVE-2025-23310 regression sends one more) the request is refused with 400.
+    - The URI and the header fields are bounded (414, 431) and so are the bytes buffered while
+      the headers are incomplete.
+    - Headers must be complete within ``header_timeout_s`` of a request's first byte (or of the
+      connection), so slow clients cannot hold connections (slowloris); uvicorn has no such timeout.
+
+    Every refusal answers ``{"error": ...}`` and closes the connection.
     """
 
+    header_timeout_s = 10.0
     _chunks = 0
-    _reason = ""
+    _header_bytes = 0
+    _head_buffered = 0
+    _in_head = True
+    _refusal: tuple[int, str] | None = None
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)
+        self._start_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            self._head_buffered += len(data)
+            if self._head_buffered > _MAX_HEAD_BUFFER:
+                self._refuse_now(431, f"request headers exceed {MAX_HEADER_BYTES} bytes")
+                return
+        super().data_received(data)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._chunks = 0
+        self._header_bytes = 0
+        self._in_head = True
+        self._start_header_timer()
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > MAX_URL_BYTES:
+            self._refusal = (414, f"request URI exceeds {MAX_URL_BYTES} bytes")
+            raise _Refused
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        super().on_header(name, value)
+        self._header_bytes += len(name) + len(value)
+        if len(self.headers) > MAX_HEADERS or self._header_bytes > MAX_HEADER_BYTES:
+            self._refusal = (431, f"request headers exceed {MAX_HEADERS} fields or {MAX_HEADER_BYTES} bytes")
+            raise _Refused
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_buffered = 0
+        self._cancel_header_timer()
+        super().on_headers_complete()
 
     def on_chunk_header(self) -> None:
         self._chunks += 1
         if self._chunks > MAX_CHUNKS and not (self.cycle is not None and self.cycle.response_started):
-            self._reason = f"request body arrived in more than {MAX_CHUNKS} chunks"
-            raise _ChunkLimitExceeded  # the parser turns it into HttpParserError: send_400_response
+            self._refusal = (400, f"request body arrived in more than {MAX_CHUNKS} chunks")
+            raise _Refused
 
     def send_400_response(self, msg: str) -> None:
-        body = orjson.dumps({"error": self._reason or "invalid HTTP request"})
+        status, message = self._refusal or (400, "invalid HTTP request")
+        self._refuse_now(status, message)
+
+    def _refuse_now(self, status: int, message: str) -> None:
+        self._cancel_header_timer()
+        if self.transport.is_closing():
+            return
+        body = orjson.dumps({"error": message})
         self.transport.write(
-            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
-            + b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+            % (status, _REASONS[status], len(body))
             + body
         )
         self.transport.close()
+
+    def _start_header_timer(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_timeout)
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a response is on its way (pipelining); its own timers apply
+        self._refuse_now(408, f"request headers not received within {self.header_timeout_s:g} s")
 
 
 class _Uvicorn(uvicorn.Server):  # type: ignore[misc]
@@ -70,12 +150,14 @@ class HttpListener:
         *,
         keep_alive_s: float = 75.0,
         exit_timeout_s: float = 30.0,
+        header_timeout_s: float = 10.0,
     ) -> None:
         self.name = name
         self._socket = sock
+        protocol = type("HttpProtocol", (_Protocol,), {"header_timeout_s": header_timeout_s})
         config = uvicorn.Config(
             app,
-            http=_Protocol,
+            http=protocol,
             loop="none",
             lifespan="off",
             access_log=False,
