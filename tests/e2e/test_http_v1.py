@@ -122,3 +122,14 @@ def test_model_status(client: httpx.Client) -> None:
         }
     assert client.get("/v1/models/mlp/versions/9").status_code == 404
     assert client.get("/v1/models/nope").status_code == 404
+
+
+def test_curl_style_form_content_type(client: httpx.Client) -> None:
+    """``curl -d`` sends application/x-www-form-urlencoded; the README's V1 example works as written."""
+    response = client.post(
+        "/v1/models/mlp:predict",
+        content=b'{"instances": [[' + b", ".join([b"0.1"] * 16) + b"]]}",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert response.status_code == 200, response.text
+    assert len(response.json()["predictions"][0]) == 3
