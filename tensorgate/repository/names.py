@@ -24,6 +24,11 @@ def check_model_name(name: str) -> str:
     return name
 
 
+def is_valid_version(text: str) -> bool:
+    """A positive integer in ASCII digits with no leading zero, as URLs and directory names write it."""
+    return _VERSION.fullmatch(text) is not None
+
+
 def parse_version(text: str) -> int:
     """A version from a URL or directory name: a positive integer."""
     if _VERSION.fullmatch(text) is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from tensorgate.config.loading import load_file
 from tensorgate.config.model_config import ModelConfig
 from tensorgate.errors import ConfigError
-from tensorgate.repository.names import is_valid_model_name
+from tensorgate.repository.names import is_valid_model_name, is_valid_version
 from tensorgate.repository.source import ModelSource, VersionSource
 from tensorgate.repository.version_policy import select_versions
 
@@ -59,7 +59,7 @@ def scan_model(root: Path, model_dir: Path) -> ModelSource:
 
     version_dirs: dict[int, Path] = {}
     for child in sorted(model_dir.iterdir()):
-        if not child.is_dir() or not child.name.isdigit() or child.name.startswith("0"):
+        if not is_valid_version(child.name) or not child.is_dir():
             continue
         if not _inside(root, child):
             problems.append(f"{name}/{child.name} points outside the model repository")

@@ -55,7 +55,7 @@ def test_layouts_and_policies(root: Path) -> None:
 
 def test_ignored_entries(root: Path) -> None:
     directory = _model(root, "m", ["3"])
-    for name in ("0", "01", "x", "1.5", "-1"):
+    for name in ("0", "01", "x", "1.5", "-1", "\u0661", "1" * 19):
         (directory / name).mkdir()
     (directory / "7").write_text("a file, not a directory")
     _model(root, ".hidden", ["1"])
