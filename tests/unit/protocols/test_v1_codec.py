@@ -84,3 +84,10 @@ def test_encode() -> None:
     two = InferResponse("m", 1, {"y": np.array([1, 2]), "s": np.array([b"a", b"b"], dtype=object)})
     assert encode_predict(two, True) == {"predictions": [{"y": 1, "s": "a"}, {"y": 2, "s": "b"}]}
     assert encode_predict(two, False) == {"outputs": {"y": [1, 2], "s": ["a", "b"]}}
+
+
+def test_non_finite_outputs_are_null() -> None:
+    from tensorgate.protocols.http.v2_codec import dumps
+
+    response = InferResponse("m", 1, {"y": np.array([[np.nan, np.inf, -np.inf, 1.0]], dtype=np.float32)})
+    assert dumps(encode_predict(response, True)) == b'{"predictions":[[null,null,null,1.0]]}'
