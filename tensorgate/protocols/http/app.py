@@ -229,7 +229,11 @@ class HttpApp:
         length = int(length_header) if length_header and length_header.isdigit() else None
         limit = self._settings.max_body_bytes
         body = await read_body(receive, length, limit)
-        return decompress(body, call.headers.get("content-encoding"), limit)
+        encoding = call.headers.get("content-encoding")
+        if encoding and len(body) > _OFFLOAD_BYTES // 8:
+            # Inflating can reach the full limit (64 MiB by default): off the loop, like big decodes.
+            return await asyncio.to_thread(decompress, body, encoding, limit)
+        return decompress(body, encoding, limit)
 
     def _check_known(self, name: str, version: int | None) -> None:
         """404 for an unknown model or version before any of the body is read or decoded."""
