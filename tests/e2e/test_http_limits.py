@@ -267,3 +267,13 @@ def test_slow_headers_are_cut_off(server: ServerProcess) -> None:
     assert headers["connection"] == "close"
     assert "not received within" in json.loads(body)["error"]
     assert 9.0 < elapsed < 12.0
+
+
+def test_large_v1_request(client: httpx.Client) -> None:
+    """A V1 body past the off-loop decoding threshold (256 KiB) decodes like a small one."""
+    images = np.full((16, 3, 32, 32), 0.25, dtype=np.float32)
+    body = json.dumps({"instances": images.tolist()}).encode()
+    assert len(body) > 256 * KIB
+    response = client.post("/v1/models/cnn:predict", content=body)
+    assert response.status_code == 200, response.text[:300]
+    assert np.array(response.json()["predictions"]).shape == (16, 10)

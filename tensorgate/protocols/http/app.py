@@ -40,7 +40,7 @@ from tensorgate.protocols.http.v2_codec import (
     parse_header_length,
 )
 from tensorgate.repository.names import check_model_name, parse_version
-from tensorgate.types import InferRequest
+from tensorgate.types import InferRequest, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -264,11 +264,12 @@ class HttpApp:
         self._check_known(name, version)
         body = await self._body(call, receive)
         target = self._service.router.route(name, version)
+        specs, batched, limits = target.specs.inputs, target.specs.max_batch_size > 0, self._settings.limits
         try:
-            document = loads_object(body, self._settings.limits)
-            request, rows = decode_predict(
-                document, name, version, target.specs.inputs, target.specs.max_batch_size > 0
-            )
+            if len(body) > _OFFLOAD_BYTES:
+                request, rows = await asyncio.to_thread(_decode_v1, body, name, version, specs, batched, limits)
+            else:
+                request, rows = _decode_v1(body, name, version, specs, batched, limits)
         except TensorgateError as exc:
             self._service.count_failure(name, version, exc)
             raise
@@ -374,6 +375,12 @@ class HttpApp:
                 "total_ms": round((self._clock.now() - started) * 1000, 3),
             }
         )
+
+
+def _decode_v1(
+    body: bytes, name: str, version: int | None, specs: tuple[TensorSpec, ...], batched: bool, limits: DecodeLimits
+) -> tuple[InferRequest, bool]:
+    return decode_predict(loads_object(body, limits), name, version, specs, batched)
 
 
 def _with_ids(request: InferRequest, call: Call) -> InferRequest:
