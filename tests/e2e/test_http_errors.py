@@ -23,6 +23,8 @@ import httpx
 import numpy as np
 import onnx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from tensorgate.examples import build_example_repository
@@ -487,3 +489,52 @@ def test_unparseable_http_is_a_json_400(server: ServerProcess, request_bytes: by
     assert headers["content-type"] == "application/json"
     assert json.loads(payload) == {"error": "invalid HTTP request"}
     assert httpx.get(server.url + "/v2/health/live").status_code == 200
+
+
+# -- a light P-3: mutated bodies never produce a server fault ------------------------------------
+
+_ANY = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=12,
+)
+_VALID = {"name": "features", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}
+
+
+@st.composite
+def _mutated(draw: st.DrawFn) -> tuple[str, bytes, dict[str, str]]:
+    node: dict[str, Any] = dict(_VALID)
+    document: dict[str, Any] = {"inputs": [node]}
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.sampled_from(["input", "top", "parameters", "outputs"]))
+        key = draw(st.sampled_from(["name", "datatype", "shape", "data", "parameters", "id", "inputs", "outputs"]))
+        value = draw(_ANY)
+        if where == "input":
+            node[key] = value
+        elif where == "top":
+            document[key] = value
+        elif where == "parameters":
+            document["parameters"] = {draw(st.sampled_from(["priority", "timeout", "binary_data_output"])): value}
+        else:
+            document["outputs"] = [{"name": value, "parameters": {"binary_data": draw(_ANY)}}]
+    body = json.dumps(document).encode()
+    headers: dict[str, str] = {}
+    if draw(st.booleans()):
+        headers["Inference-Header-Content-Length"] = str(len(body))
+        body += draw(st.binary(max_size=80))
+    path = draw(st.sampled_from(["/v2/models/mlp/infer", "/v2/models/strings/infer", "/v1/models/mlp:predict"]))
+    return path, body, headers
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_mutated())
+def test_mutated_bodies_never_fault(
+    client: httpx.Client, server: ServerProcess, case: tuple[str, bytes, dict[str, str]]
+) -> None:
+    path, body, headers = case
+    response = client.post(server.url + path, content=body, headers=headers)
+    assert response.status_code < 500 or response.status_code == 501, response.text
+    if response.status_code >= 400:
+        error = response.json()["error"]
+        assert isinstance(error, str)
+        assert not LEAK.search(error), error
