@@ -52,6 +52,7 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
     _header_bytes = 0
     _head_buffered = 0
     _in_head = True
+    _in_request = False  # a request's first byte has arrived and its headers are not complete
     _refusal: tuple[int, str] | None = None
     _header_timer: asyncio.TimerHandle | None = None
 
@@ -76,6 +77,7 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         self._chunks = 0
         self._header_bytes = 0
         self._in_head = True
+        self._in_request = True
         self._start_header_timer()
 
     def on_url(self, url: bytes) -> None:
@@ -93,6 +95,7 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._in_request = False
         self._head_buffered = 0
         self._cancel_header_timer()
         super().on_headers_complete()
@@ -132,6 +135,11 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         self._header_timer = None
         if self.cycle is not None and not self.cycle.response_complete:
             return  # a response is on its way (pipelining); its own timers apply
+        if not self._in_request:
+            # Not a byte of a request yet: close quietly. An unsolicited 408 on an idle connection
+            # could be read by the client as the answer to the request it is about to send.
+            self.transport.close()
+            return
         self._refuse_now(408, f"request headers not received within {self.header_timeout_s:g} s")
 
 
