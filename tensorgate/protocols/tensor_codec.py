@@ -104,6 +104,8 @@ def from_raw(raw: bytes | memoryview, datatype: DataType, shape: tuple[int, ...]
 
 def parse_length_prefixed(raw: bytes | memoryview, count: int, name: str) -> Array:
     view = memoryview(raw)
+    if count * 4 > len(view):  # every element needs its 4-byte length: refuse before allocating `count` slots
+        raise InvalidInput(f"input '{name}': BYTES data holds fewer than the {count} elements its shape needs")
     out = np.empty(count, dtype=object)
     offset = 0
     for index in range(count):

@@ -291,6 +291,14 @@ CASES = [
         path="/v2/models/strings/infer",
     ),
     _binary_case(
+        "bytes-count-huge",
+        400,
+        "fewer than the 268435456 elements",
+        {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1 << 28], "parameters": {"binary_data_size": 4}}]},
+        _bytes_blob([b""]),
+        path="/v2/models/strings/infer",
+    ),
+    _binary_case(
         "bytes-count-plus",
         400,
         "more than the 1 elements",

@@ -172,3 +172,17 @@ def test_bytes_round_trip(items: list[bytes]) -> None:
     array[:] = items
     raw = to_raw(array, DataType.BYTES)
     assert parse_length_prefixed(raw, len(items), "x").tolist() == items
+
+
+def test_huge_bytes_count_is_refused_before_allocation() -> None:
+    """A BYTES shape of 2**28 elements with 4 bytes of data must not allocate 2 GiB of object slots."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidInput, match="fewer than the 268435456 elements"):
+            parse_length_prefixed(struct.pack("<I", 0), 1 << 28, "x")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
