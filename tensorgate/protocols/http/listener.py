@@ -134,7 +134,8 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
     def _header_timeout(self) -> None:
         self._header_timer = None
         if self.cycle is not None and not self.cycle.response_complete:
-            return  # a response is on its way (pipelining); its own timers apply
+            self._start_header_timer()  # a pipelined request waits behind a response: check again later
+            return
         if not self._in_request:
             # Not a byte of a request yet: close quietly. An unsolicited 408 on an idle connection
             # could be read by the client as the answer to the request it is about to send.
