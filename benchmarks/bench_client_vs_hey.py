@@ -367,14 +367,13 @@ def compare(setup: Setup, prefix: list[str], plot: Path | None) -> list[str]:
 
 
 LOCKSTEP_NOTE = (
-    "How to read the server columns: `req/s x mean` is Little's law and should equal the 64 connections "
-    "for any closed-loop client that measures correctly. The batching columns show how each client's "
-    "arrival pattern meets the dynamic batcher (`mlp`: max batch 64, 2 ms window). A client that answers "
-    "each response at once returns its requests in one burst: a lone first request is dispatched as a batch "
-    "of 1 and the other 63 wait for it as one full batch, so the instance alternates 1 and 63 with no overlap "
-    "(lockstep). hey's slower turnaround spreads requests into overlapping mid-size batches. Against this "
-    "server the arrival pattern, not the client's speed, decides throughput, which is why the trivial "
-    "endpoint above is the client comparison proper."
+    "How to read the tables: `req/s x mean` is Little's law and should equal the 64 connections for any "
+    "closed-loop client that measures correctly. The batching columns show how each client's arrival "
+    "pattern meets the dynamic batcher (`mlp`: max batch 64, 2 ms window). A client that answers each "
+    "response at once sends its requests back in bursts: more full 64-request batches, and, when the server "
+    "has one core, more lone requests dispatched as a batch of 1 while the rest of the burst waits behind "
+    "them. hey's slower turnaround spreads requests into overlapping mid-size batches. So against a batching "
+    "server the arrival pattern, not only the client's cost per request (last table), decides throughput."
 )
 
 

@@ -131,8 +131,11 @@ def tensors_from_v2(document: Mapping[str, Any]) -> RequestTensors:
         raise ValueError("each request in --input-file needs a non-empty 'inputs' list")
     tensors = []
     for node in nodes:
-        name, datatype, shape = node["name"], str(node["datatype"]).upper(), tuple(node["shape"])
-        data = node["data"]
+        try:
+            name, datatype, shape = str(node["name"]), str(node["datatype"]).upper(), tuple(node["shape"])
+            data = node["data"]
+        except (KeyError, TypeError):
+            raise ValueError("each input in --input-file needs 'name', 'datatype', 'shape' and 'data'") from None
         if datatype == "BYTES":
             array = np.array([d.encode() if isinstance(d, str) else bytes(d) for d in np.ravel(data)], dtype=object)
         elif datatype in NUMPY_TYPES:

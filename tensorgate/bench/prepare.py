@@ -29,7 +29,10 @@ def http_metadata(endpoint: Endpoint, model: str, version: str | None, timeout_s
     except httpx.HTTPError as exc:
         raise RuntimeError(f"cannot fetch model metadata from {url}: {exc}") from exc
     if response.status_code != 200:
-        raise RuntimeError(f"model metadata at {url} answered {response.status_code}: {response.text[:200]}")
+        raise RuntimeError(
+            f"model metadata at {url} answered {response.status_code}: {response.text[:200]} "
+            "(a server without V2 metadata needs --input-file)"
+        )
     return parse_metadata(response.json())
 
 

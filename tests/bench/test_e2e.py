@@ -83,3 +83,16 @@ def test_sweep_over_two_processes(example_server: ServerProcess, tmp_path: Path)
 def test_unknown_model_fails_cleanly(example_server: ServerProcess, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "nope", "-u", example_server.url, "-n", "1"]) == 1
     assert "404" in capsys.readouterr().err
+
+
+def test_input_file_and_shape_override(example_server: ServerProcess, tmp_path: Path) -> None:
+    requests = tmp_path / "requests.json"
+    rows = [[0.1] * 16, [0.2] * 16]
+    requests.write_text(
+        json.dumps([{"inputs": [{"name": "features", "datatype": "FP32", "shape": [2, 16], "data": rows}]}])
+    )
+    before = _successes(example_server)
+    assert main(["bench", "mlp", "-u", example_server.url, "-n", "10", "--input-file", str(requests)]) == 0
+    assert main(["bench", "mlp", "-u", example_server.url, "-n", "10", "--shape", "features=3,16"]) == 0
+    assert _successes(example_server) - before == 20
+    assert main(["bench", "mlp", "-u", example_server.url, "-n", "1", "--shape", "nope=1"]) == 1

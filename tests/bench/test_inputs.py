@@ -106,3 +106,8 @@ def test_input_file_must_be_a_list_of_objects() -> None:
     for bad in [{}, [], [1], "x"]:
         with pytest.raises(ValueError, match="--input-file"):
             load_input_file(bad)
+
+
+def test_input_file_request_needs_every_field() -> None:
+    with pytest.raises(ValueError, match="'name', 'datatype', 'shape' and 'data'"):
+        tensors_from_v2({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}]})
