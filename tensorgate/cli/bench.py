@@ -126,7 +126,13 @@ def _run_one(job: Job, processes: int) -> RunResult:
 
 def _write(args: argparse.Namespace, reports: list[RunReport], last: RunResult) -> None:
     if args.json is not None:
-        document = {"protocol": args.protocol, "model": args.model, "runs": [report_json(r) for r in reports]}
+        document = {
+            "protocol": args.protocol,
+            "url": args.url,
+            "model": args.model,
+            "model_version": args.model_version,
+            "runs": [report_json(r) for r in reports],
+        }
         args.json.write_text(json.dumps(document, indent=2) + "\n")
     if args.csv is not None:
         write_csv(reports, args.csv)
@@ -156,9 +162,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     grpc = args.protocol == "grpc"
-    endpoint = parse_endpoint(
-        args.url or ("127.0.0.1:8081" if grpc else "http://127.0.0.1:8080"), 8081 if grpc else 8080
-    )
+    args.url = args.url or ("127.0.0.1:8081" if grpc else "http://127.0.0.1:8080")
+    endpoint = parse_endpoint(args.url, 8081 if grpc else 8080)
     file_requests = load_input_file(json.loads(args.input_file.read_text())) if args.input_file else None
     tensors, documents = [], []
     if is_streaming(args.protocol):
