@@ -104,9 +104,10 @@ def from_raw(raw: bytes | memoryview, datatype: DataType, shape: tuple[int, ...]
 
 def parse_length_prefixed(raw: bytes | memoryview, count: int, name: str) -> Array:
     view = memoryview(raw)
-    if count * 4 > len(view):  # every element needs its 4-byte length: refuse before allocating `count` slots
-        raise InvalidInput(f"input '{name}': BYTES data holds fewer than the {count} elements its shape needs")
-    out = np.empty(count, dtype=object)
+    # Elements are collected as they are read and the array is made at the end: the shape's count
+    # comes from the client and must not size an allocation before the data proves it (2**28
+    # object slots are 2 GiB). Each element consumes at least 4 bytes, so the loop is bounded too.
+    items: list[bytes] = []
     offset = 0
     for index in range(count):
         if offset + 4 > len(view):
@@ -115,10 +116,12 @@ def parse_length_prefixed(raw: bytes | memoryview, count: int, name: str) -> Arr
         offset += 4
         if offset + length > len(view):
             raise InvalidInput(f"input '{name}': BYTES element {index} runs past the end of its data")
-        out[index] = bytes(view[offset : offset + length])
+        items.append(bytes(view[offset : offset + length]))
         offset += length
     if offset != len(view):
         raise InvalidInput(f"input '{name}': BYTES data holds more than the {count} elements its shape needs")
+    out = np.empty(count, dtype=object)
+    out[:] = items
     return out
 
 
