@@ -9,6 +9,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         "max_batch_size: 4\ninputs: [{name: x, datatype: FP32, shape: [-1, 2]}]\n"
         "outputs: [{name: y, datatype: FP32, shape: [-1, 2]}]\n",
     )
+    _versions(root, "pair", [1], "instance_group: [{count: 2, kind: cpu}]\n")
     _versions(root, "contradicts", [1], "inputs: [{name: x, datatype: INT32, shape: [-1, 2]}]\n")
     _versions(root, "wrong_shape", [1], "inputs: [{name: x, datatype: FP32, shape: [-1, 3]}]\n")
     _versions(root, "unknown_key", [1], "max_batch_size: 4\nbatchsize: 3\n")
@@ -231,3 +233,17 @@ def test_models_refused_at_scan(client: httpx.Client, model: str, reason: str) -
 def test_invalid_directory_names_are_skipped(client: httpx.Client, server: ServerProcess) -> None:
     assert client.get("/v2/models/-bad-name").status_code == 400
     assert any("not a valid model name" in r.get("message", "") for r in _log(server))
+
+
+def test_one_session_per_instance(client: httpx.Client, server: ServerProcess) -> None:
+    """``count: 2`` loads two instances (two ONNX Runtime sessions); both are healthy and serve."""
+    metrics = httpx.get(server.metrics_url, timeout=10).text
+    healthy = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("tensorgate_instance_healthy{") and 'model="pair"' in line and line.endswith(" 1.0")
+    ]
+    assert len(healthy) == 2, healthy
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: _infer(client, "/v2/models/pair/infer").status_code, range(16)))
+    assert codes == [200] * 16
