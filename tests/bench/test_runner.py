@@ -65,7 +65,7 @@ def test_warmup_requests_are_not_counted() -> None:
 def test_duration_bounds_the_run() -> None:
     result = asyncio.run(run_load(FakeTarget(), LoadSpec(concurrency=2, duration_s=0.2), MonotonicClock()))
     assert result.completed > 0
-    assert 0.19 <= result.elapsed_s < 1.0
+    assert 0.19 <= result.elapsed_s < 5.0  # the end is bounded; the upper limit only guards a hang
 
 
 def test_open_loop_latency_counts_time_waiting_for_a_slot() -> None:
