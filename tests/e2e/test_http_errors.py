@@ -546,3 +546,8 @@ def test_mutated_bodies_never_fault(
         error = response.json()["error"]
         assert isinstance(error, str)
         assert not LEAK.search(error), error
+
+
+def test_405_names_the_allowed_method(client: httpx.Client, server: ServerProcess) -> None:
+    assert client.get(server.url + "/v2/models/mlp/infer").headers["allow"] == "POST"
+    assert client.post(server.url + "/v2/health/ready").headers["allow"] == "GET, HEAD"

@@ -58,6 +58,12 @@ _ACCEPTED_TYPES = frozenset(
 _OFFLOAD_BYTES = 256 * 1024
 
 
+class _WrongMethod(MethodNotAllowed):
+    def __init__(self, message: str, allow: str) -> None:
+        super().__init__(message)
+        self.allow = (allow + ", HEAD" if allow == "GET" else allow).encode()
+
+
 @dataclass(frozen=True, slots=True)
 class HttpSettings:
     max_body_bytes: int
@@ -215,7 +221,7 @@ class HttpApp:
     @staticmethod
     def _only(call: Call, method: str) -> None:
         if call.method != method and not (method == "GET" and call.method == "HEAD"):
-            raise MethodNotAllowed(f"{call.method} is not allowed on {call.path[:200]}; use {method}")
+            raise _WrongMethod(f"{call.method} is not allowed on {call.path[:200]}; use {method}", method)
 
     # -- inference -------------------------------------------------------------------------------
 
@@ -350,6 +356,8 @@ class HttpApp:
         headers = [_JSON]
         if exc.retry_after_s is not None:
             headers.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
+        if isinstance(exc, _WrongMethod):  # a 405 names the methods the route takes (RFC 9110 15.5.6)
+            headers.append((b"allow", exc.allow))
         try:
             await self._send(call, send, exc.http_status, dumps({"error": exc.message}), headers)
         except Exception:  # the response had already started, or the client is gone
