@@ -1,4 +1,4 @@
-"""KServe V2 over gRPC with ``grpc.aio``: messages from ``tritonclient.grpc``'s generated stubs.
+"""KServe V2 over gRPC with ``grpc.aio``: messages from tensorgate's own generated stubs.
 
 Requests are built as ``ModelInferRequest`` with ``raw_input_contents`` and serialized once at
 start-up; the hot path sends those bytes through a raw ``unary_unary`` method and does not
@@ -20,11 +20,10 @@ _MAX_MESSAGE = 1 << 30
 
 
 def _stubs() -> tuple[Any, Any]:
-    try:
-        from tritonclient.grpc import service_pb2, service_pb2_grpc  # type: ignore[import-untyped]
-    except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise RuntimeError("--protocol grpc needs tritonclient[grpc]: pip install 'tritonclient[grpc]'") from exc
-    return service_pb2, service_pb2_grpc
+    # The same wire messages as Triton's and KServe's (a test pins them against tritonclient's).
+    from tensorgate.protocols.grpc.generated import grpc_service_pb2, grpc_service_pb2_grpc
+
+    return grpc_service_pb2, grpc_service_pb2_grpc
 
 
 def infer_request_bytes(model: str, version: str | None, tensors: RequestTensors) -> bytes:
