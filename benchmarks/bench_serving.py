@@ -168,7 +168,7 @@ def mlp_section(work: Path, seconds: float, lines: list[str]) -> None:
                 f"{server.url}/v2/models/mlp_batched/infer", body, c, seconds, label=f"served JSON, c={c}, batching on"
             )
 
-    lines += ["## MLP (16 features -> 3 classes): served vs in-process", "", HEADER, ceiling.row()]
+    lines += ["### MLP (16 features -> 3 classes): served vs in-process", "", HEADER, ceiling.row()]
     lines += [served[k].row(ceiling.rps) for k in ("off-1", "off-16", "off-64", "on-1", "on-64")]
     added = served["off-1"].p50_ms - ceiling.p50_ms
     lines += [
@@ -177,7 +177,7 @@ def mlp_section(work: Path, seconds: float, lines: list[str]) -> None:
     ]
     cost = served["on-1"].p50_ms / served["off-1"].p50_ms - 1
     lines += [f"- Batching on vs off for a lone client (P50): **{cost * 100:+.1f} %** (bar: < 10 %)."]
-    lines += ["", "### Small-model scenario: 64 clients, JSON, against a naive Flask server", "", HEADER]
+    lines += ["", "#### Small-model scenario: 64 clients, JSON, against a naive Flask server", "", HEADER]
     lines += [naive.row(), served["off-64"].row(), served["on-64"].row()]
     lines += [
         "",
@@ -266,7 +266,7 @@ def decode_section(lines: list[str]) -> None:
     base = in_process(stdlib, 3.0, "stdlib json + numpy.asarray")
     fast = in_process(ours, 3.0, "tensorgate decode_infer (orjson + one numpy.array)")
     lines += [
-        f"## Decoding an image-sized V2 JSON body (1x3x224x224 FP32, nested, {len(body) / 1e6:.1f} MB)",
+        f"### Decoding an image-sized V2 JSON body (1x3x224x224 FP32, nested, {len(body) / 1e6:.1f} MB)",
         "",
         "| decoder | P50 ms |",
         "|---|---:|",
@@ -315,7 +315,7 @@ def resnet_section(work: Path, seconds: float, lines: list[str]) -> None:
                 )
             )
     lines += [
-        "## ResNet-18-shaped model (FP32 [batch, 3, 224, 224], random weights), 10 clients",
+        "### ResNet-18-shaped model (FP32 [batch, 3, 224, 224], random weights), 10 clients",
         "",
         HEADER,
         c1.row(ceiling),
@@ -344,7 +344,7 @@ def gil_section(work: Path, seconds: float, lines: list[str]) -> None:
         one = hey(f"{server.url}/v2/models/busy1/infer", body, 8, seconds, label="1 process instance, c=8")
         two = hey(f"{server.url}/v2/models/busy2/infer", body, 8, seconds, label="2 process instances, c=8")
     lines += [
-        "## A CPU-bound Python model (holds the GIL for 10 ms per call)",
+        "### A CPU-bound Python model (holds the GIL for 10 ms per call)",
         "",
         HEADER,
         one.row(),
@@ -365,7 +365,7 @@ def main() -> None:
         sys.exit("hey is not installed: apt-get install hey")
     seconds = 3.0 if args.quick else 10.0
     lines = [
-        "# Serving benchmarks",
+        "## Serving: tensorgate against the in-process ceiling and a naive server",
         "",
         f"Each run {seconds:.0f} s per scenario; load from `hey` on the same machine.",
         "",
