@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 from tensorgate.backends.base import Device
 from tensorgate.backends.llm_step import Sampled, SamplingParams, ScheduledChunk, StepPlan
@@ -48,12 +49,19 @@ class TextCodec:
 
     def __init__(self, tokenizer: Any) -> None:
         self._tok = tokenizer
+        # transformers' decode converts every id through Python first (profiled: ~4x the Rust call);
+        # the raw tokenizer gives the same text when no clean-up of spaces is configured.
+        raw = getattr(tokenizer, "_tokenizer", None)
+        cleanup = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
+        self._raw: Any = raw if raw is not None and not cleanup else None
         self.eos_token_id: int | None = tokenizer.eos_token_id
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=True))
 
     def decode(self, token_ids: Sequence[int]) -> str:
+        if self._raw is not None:  # the Rust tokenizer directly: called for every token of every stream
+            return str(self._raw.decode(list(token_ids), skip_special_tokens=True))
         return str(self._tok.decode(list(token_ids), skip_special_tokens=True))
 
     def token_text(self, token_id: int) -> str:
@@ -68,16 +76,78 @@ class TextCodec:
         return list(self._tok.encode(text, add_special_tokens=False))
 
 
+# Spare columns in the decode batch's slab: appends write in place until they run out.
+_SPARE_COLUMNS = 64
+
+
+class _SlabLayer(DynamicLayer):  # type: ignore[misc]
+    """A cache layer whose keys and values sit in a preallocated slab with spare columns.
+
+    HF's DynamicLayer concatenates on every step, copying the whole batch's cache each time; for
+    the decode batch that copy was the largest cost of a step (profiled: about 40% of step time
+    with 100 sequences). Here an append writes the new column in place; the slab grows rarely.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        super().__init__()
+        b, h, n, d = keys.shape
+        self._k = keys.new_empty((b, h, n + _SPARE_COLUMNS, d))
+        self._v = values.new_empty((b, h, n + _SPARE_COLUMNS, values.shape[-1]))
+        self._k[:, :, :n] = keys
+        self._v[:, :, :n] = values
+        self._len = n
+        self.device = keys.device
+        self.is_initialized = True
+        self._expose()
+
+    def _expose(self) -> None:
+        self.keys = self._k[:, :, : self._len]
+        self.values = self._v[:, :, : self._len]
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = key_states.shape[-2]
+        if self._len + n > self._k.shape[2]:
+            grow = max(n, _SPARE_COLUMNS, self._k.shape[2] // 4)
+            self._k = torch.cat([self._k, self._k.new_empty((*self._k.shape[:2], grow, self._k.shape[3]))], dim=2)
+            self._v = torch.cat([self._v, self._v.new_empty((*self._v.shape[:2], grow, self._v.shape[3]))], dim=2)
+        self._k[:, :, self._len : self._len + n] = key_states
+        self._v[:, :, self._len : self._len + n] = value_states
+        self._len += n
+        self._expose()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return int(self._len)
+
+
+def _slab_cache(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> Cache:
+    return Cache(layers=[_SlabLayer(k, v) for k, v in kv])
+
+
+def _make_batch(
+    rows: list[int | None], kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor
+) -> _DecodeBatch:
+    """A decode batch over ``kv``, without the leading padding columns no row needs."""
+    used = mask.any(dim=0).nonzero()
+    first = int(used[0]) if used.numel() else 0
+    if first:
+        kv = [(k[:, :, first:], v[:, :, first:]) for k, v in kv]
+        mask = mask[:, first:]
+    return _DecodeBatch(rows, _slab_cache(kv), mask)
+
+
 @dataclass(slots=True)
 class _DecodeBatch:
     """The left-padded cache of every decoding sequence: row ``i`` belongs to ``rows[i]``."""
 
-    rows: list[int]
-    cache: DynamicCache
+    rows: list[int | None]  # None: a departed row, compacted away later
+    cache: Cache
     mask: torch.Tensor  # (rows, padded length), 1 where a real token is cached
 
 
-def _layers(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _layers(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
@@ -125,10 +195,14 @@ class CausalLMRunner:
         self.max_position_embeddings = int(getattr(text, "max_position_embeddings", 2048) or 2048)
         self.kv_bytes_per_token = 2 * layers * kv_heads * head_dim * _DTYPES[dtype].itemsize
 
-    def close(self) -> None:
+    def reset(self) -> None:
+        """Forget every sequence (an engine starting over this runner)."""
         self._solo.clear()
         self._batch = None
         self._generators.clear()
+
+    def close(self) -> None:
+        self.reset()
         self.model = None
 
     # -- one step --------------------------------------------------------------------------------
@@ -181,26 +255,33 @@ class CausalLMRunner:
         return out.logits[0, -1]
 
     def _reshape_batch(self, freed: set[int], decoding: set[int]) -> None:
-        """Make the decode batch hold exactly the sequences decoding this step."""
+        """Make the decode batch hold the sequences decoding this step.
+
+        A row that leaves is marked dead rather than copied out at once: it keeps riding along
+        (its output ignored) until dead rows reach a quarter of the batch or sequences join, when
+        one copy compacts the batch. Rebuilding on every departure was a visible share of step time.
+        """
         batch = self._batch
         if batch is not None:
-            keep = [i for i, s in enumerate(batch.rows) if s in decoding and s not in freed]
-            # A live row that skips this step (no token budget left for it) goes back to its own cache.
             for i, seq_id in enumerate(batch.rows):
-                if seq_id not in decoding and seq_id not in freed:
+                if seq_id is None or seq_id in decoding:
+                    continue
+                if seq_id not in freed:  # alive but skipping this step: back to a cache of its own
                     self._solo[seq_id] = self._extract(batch, i)
-            if len(keep) != len(batch.rows):
-                if keep:
-                    index = torch.tensor(keep, device=self.device)
-                    kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in _layers(batch.cache)]
-                    batch = _DecodeBatch([batch.rows[i] for i in keep], _cache_of(kv), batch.mask[keep])
-                    batch = self._trim(batch)
-                else:
-                    batch = None
-            self._batch = batch
-        joining = [s for s in decoding if self._batch is None or s not in self._batch.rows]
-        for seq_id in sorted(joining):
-            self._join(seq_id)
+                batch.rows[i] = None
+            live = [i for i, s in enumerate(batch.rows) if s is not None]
+            dead = len(batch.rows) - len(live)
+            joining = any(s not in batch.rows for s in decoding)
+            if not live:
+                self._batch = None
+            elif dead and (joining or dead * 4 >= len(batch.rows)):
+                index = torch.tensor(live, device=self.device)
+                kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in _layers(batch.cache)]
+                self._batch = _make_batch([batch.rows[i] for i in live], kv, batch.mask[live])
+        present = set(self._batch.rows) if self._batch is not None else set()
+        joining_ids = sorted(s for s in decoding if s not in present)
+        if joining_ids:
+            self._join(joining_ids)
 
     def _extract(self, batch: _DecodeBatch, row: int) -> DynamicCache:
         length = int(batch.mask[row].sum())
@@ -211,54 +292,46 @@ class CausalLMRunner:
         ]
         return _cache_of([(k.clone(), v.clone()) for k, v in kv])
 
-    @staticmethod
-    def _trim(batch: _DecodeBatch) -> _DecodeBatch:
-        used = batch.mask.any(dim=0).nonzero()
-        first = int(used[0]) if used.numel() else batch.mask.shape[1]
-        if first == 0:
-            return batch
-        kv = [(k[:, :, first:], v[:, :, first:]) for k, v in _layers(batch.cache)]
-        return _DecodeBatch(batch.rows, _cache_of(kv), batch.mask[:, first:])
-
-    def _join(self, seq_id: int) -> None:
-        cache = self._solo.pop(seq_id, None)
-        if cache is None:
-            raise RuntimeError(f"sequence {seq_id} decodes without a prefilled cache")
-        new_kv = _layers(cache)
-        length = new_kv[0][0].shape[2]
-        new_mask = torch.ones((1, length), dtype=torch.long, device=self.device)
-        batch = self._batch
-        if batch is None:
-            self._batch = _DecodeBatch([seq_id], _cache_of(new_kv), new_mask)
-            return
-        width = batch.mask.shape[1]
-        target = max(width, length)
-        old_kv = _layers(batch.cache)
+    def _join(self, seq_ids: list[int]) -> None:
+        """Left-pad the joining caches and the batch to one length and concatenate them, once."""
+        parts: list[tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]] = []
+        rows: list[int | None] = []
+        if self._batch is not None:
+            parts.append((_layers(self._batch.cache), self._batch.mask))
+            rows.extend(self._batch.rows)
+        for seq_id in seq_ids:
+            cache = self._solo.pop(seq_id, None)
+            if cache is None:
+                raise RuntimeError(f"sequence {seq_id} decodes without a prefilled cache")
+            kv = _layers(cache)
+            parts.append((kv, torch.ones((1, kv[0][0].shape[2]), dtype=torch.long, device=self.device)))
+            rows.append(seq_id)
+        target = max(mask.shape[1] for _, mask in parts)
         merged = []
-        for (ok, ov), (nk, nv) in zip(old_kv, new_kv, strict=True):
-            merged.append(
-                (
-                    torch.cat([F.pad(ok, (0, 0, target - width, 0)), F.pad(nk, (0, 0, target - length, 0))]),
-                    torch.cat([F.pad(ov, (0, 0, target - width, 0)), F.pad(nv, (0, 0, target - length, 0))]),
-                )
-            )
-        mask = torch.cat([F.pad(batch.mask, (target - width, 0)), F.pad(new_mask, (target - length, 0))])
-        self._batch = _DecodeBatch([*batch.rows, seq_id], _cache_of(merged), mask)
+        for layer in range(len(parts[0][0])):
+            keys = [F.pad(kv[layer][0], (0, 0, target - mask.shape[1], 0)) for kv, mask in parts]
+            values = [F.pad(kv[layer][1], (0, 0, target - mask.shape[1], 0)) for kv, mask in parts]
+            merged.append((torch.cat(keys), torch.cat(values)))
+        mask = torch.cat([F.pad(m, (target - m.shape[1], 0)) for _, m in parts])
+        self._batch = _make_batch(rows, merged, mask)
 
     def _decode(self, decodes: list[ScheduledChunk]) -> dict[int, torch.Tensor]:
         batch = self._batch
-        assert batch is not None and set(batch.rows) == {c.seq_id for c in decodes}
+        assert batch is not None and {s for s in batch.rows if s is not None} == {c.seq_id for c in decodes}
         by_id = {c.seq_id: c for c in decodes}
-        chunks = [by_id[s] for s in batch.rows]
-        ids = torch.tensor([[c.token_ids[0]] for c in chunks], dtype=torch.long, device=self.device)
-        positions = torch.tensor([[c.start] for c in chunks], dtype=torch.long, device=self.device)
-        ones = torch.ones((len(chunks), 1), dtype=torch.long, device=self.device)
+        ids = [[by_id[s].token_ids[0]] if s is not None else [0] for s in batch.rows]
+        positions = [[by_id[s].start] if s is not None else [0] for s in batch.rows]
+        ones = torch.ones((len(batch.rows), 1), dtype=torch.long, device=self.device)
         batch.mask = torch.cat([batch.mask, ones], dim=1)
         out = self.model(
-            input_ids=ids, attention_mask=batch.mask, position_ids=positions, cache=batch.cache, use_cache=True
+            input_ids=torch.tensor(ids, dtype=torch.long, device=self.device),
+            attention_mask=batch.mask,
+            position_ids=torch.tensor(positions, dtype=torch.long, device=self.device),
+            cache=batch.cache,
+            use_cache=True,
         )
         logits = out.logits[:, -1]
-        return {seq_id: logits[i] for i, seq_id in enumerate(batch.rows)}
+        return {seq_id: logits[i] for i, seq_id in enumerate(batch.rows) if seq_id is not None}
 
     # -- sampling --------------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,11 @@ def tiny_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "  max_model_len: 256\n"
         "  max_waiting: 64\n"
         "  threads: 1\n"
+    )
+    # The same model with one slot and a one-request queue, to show over-capacity answers.
+    shutil.copytree(repo / "tiny" / "1", repo / "narrow" / "1")
+    (repo / "narrow" / "config.yaml").write_text(
+        "backend: llm\nllm:\n  max_num_seqs: 1\n  max_waiting: 1\n  max_model_len: 256\n  threads: 1\n"
     )
     return repo
 

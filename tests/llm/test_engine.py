@@ -61,6 +61,9 @@ class CheckedRunner:
                 self._stepped.clear()
                 await self._stepped.wait()
 
+    def reset(self) -> None:
+        self.inner.reset()
+
     def run_step(self, plan: StepPlan) -> dict[int, Sampled]:
         kv = self.scheduler.kv
         assert kv.used_blocks <= kv.total_blocks

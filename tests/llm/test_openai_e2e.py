@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def reference_text(tiny_dir: Path, prompt: str, max_tokens: int) -> str:
 
 
 def test_models_and_metadata(client: openai.OpenAI, server: ServerProcess) -> None:
-    assert [m.id for m in client.models.list()] == ["tiny"]
+    assert sorted(m.id for m in client.models.list()) == ["narrow", "tiny"]
     meta = httpx.get(server.url + "/v2/models/tiny").json()
     assert meta["inputs"][0]["name"] == "text_input" and meta["inputs"][0]["datatype"] == "BYTES"
     assert meta["outputs"][0]["name"] == "text_output"
@@ -152,3 +153,37 @@ def test_metrics_are_exported(server: ServerProcess, client: openai.OpenAI) -> N
         "tensorgate_generation_tokens_total",
     ):
         assert f"{name}" in text and 'model="tiny"' in text, name
+
+
+def _metric(server: ServerProcess, name: str, model: str = "tiny") -> float:
+    for line in httpx.get(server.metrics_url, timeout=30).text.splitlines():
+        if line.startswith(name + "{") and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_disconnect_cancels_streaming_generation(server: ServerProcess) -> None:
+    before = _metric(server, "tensorgate_generation_tokens_total")
+    body = {"model": "tiny", "prompt": "a b c", "max_tokens": 240, "n": 4, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=30) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        for _ in range(3):
+            next(lines)
+    # The client is gone: its four sequences leave the running set without finishing.
+    deadline = time.monotonic() + 20
+    while _metric(server, "tensorgate_running_sequences") > 0:
+        assert time.monotonic() < deadline, "the cancelled sequences kept running"
+        time.sleep(0.05)
+    assert _metric(server, "tensorgate_generation_tokens_total") - before < 4 * 240
+
+
+def test_over_capacity_is_503_with_retry_after(server: ServerProcess) -> None:
+    # "narrow" queues one request: the second of two choices, admitted in the same turn, does not fit.
+    body = {"model": "narrow", "prompt": "a b c", "max_tokens": 4, "n": 2}
+    refused = httpx.post(server.url + "/v1/completions", json=body, timeout=30)
+    assert refused.status_code == 503
+    assert int(refused.headers["retry-after"]) >= 1
+    assert "queue is full" in refused.json()["error"]
+    # The refused request left nothing behind: a request that fits is served.
+    assert httpx.post(server.url + "/v1/completions", json={**body, "n": 1}, timeout=30).status_code == 200

@@ -115,17 +115,17 @@ class EventSender:
             await self._send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def merged(streams: list[GenerationStream]) -> AsyncIterator[tuple[int, TokenEvent]]:
+async def merged(streams: list[GenerationStream], *, coalesce: bool) -> AsyncIterator[tuple[int, TokenEvent]]:
     """Events of several streams (the ``n`` choices of one request) as they come."""
     if len(streams) == 1:
-        async for event in streams[0]:
+        async for event in streams[0].events(coalesce=coalesce):
             yield 0, event
         return
     queue: asyncio.Queue[tuple[int, TokenEvent] | tuple[int, BaseException] | None] = asyncio.Queue()
 
     async def pump(index: int, stream: GenerationStream) -> None:
         try:
-            async for event in stream:
+            async for event in stream.events(coalesce=coalesce):
                 await queue.put((index, event))
         except Exception as exc:
             await queue.put((index, exc))
@@ -248,7 +248,7 @@ async def handle_generate(
     head = {"model_name": generator.name, "model_version": str(generator.version)}
     if not stream_mode:
         async with watching_disconnect(receive, [stream]):
-            async for _ in stream:
+            async for _ in stream.events(coalesce=True):
                 pass
         reason = FINISH_REASONS.get(stream.finish_reason or FinishReason.STOP, "stop")
         await send_json(
@@ -261,7 +261,7 @@ async def handle_generate(
     sender = EventSender(call, send)
     try:
         async with watching_disconnect(receive, [stream]):
-            async for event in stream:
+            async for event in stream.events(coalesce=True):
                 out: dict[str, Any] = {**head, "text_output": event.text}
                 if event.finish_reason is not None:
                     out["finish_reason"] = FINISH_REASONS[event.finish_reason]

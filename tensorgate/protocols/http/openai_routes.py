@@ -120,7 +120,7 @@ class GenerationRoutes:
             sender = EventSender(call, send)
             try:
                 async with watching_disconnect(receive, streams):
-                    async for index, event in merged(streams):
+                    async for index, event in merged(streams, coalesce=request.logprobs is None):
                         choice: dict[str, Any] = {"index": index, "text": event.text, "logprobs": None}
                         if request.logprobs is not None and event.token_id is not None:
                             one = _log_entry(generator, event.token_id, event.logprob, event.top, 0)
@@ -140,7 +140,7 @@ class GenerationRoutes:
             await sender.close()
             return
         async with watching_disconnect(receive, streams):
-            async for index, event in merged(streams):
+            async for index, event in merged(streams, coalesce=request.logprobs is None):
                 if request.logprobs is not None and event.token_id is not None:
                     log = logs[index]
                     tokens, lps, tops, offs = _log_entry(
@@ -196,7 +196,7 @@ class GenerationRoutes:
                     first = {"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
                     await sender.event({**head, "choices": [first]})
                 async with watching_disconnect(receive, streams):
-                    async for index, event in merged(streams):
+                    async for index, event in merged(streams, coalesce=not request.logprobs):
                         delta = {"content": event.text} if event.text or event.finish_reason is None else {}
                         reason = FINISH_REASONS[event.finish_reason] if event.finish_reason is not None else None
                         choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}
@@ -213,7 +213,7 @@ class GenerationRoutes:
             return
         contents: list[list[dict[str, Any]]] = [[] for _ in streams]
         async with watching_disconnect(receive, streams):
-            async for index, event in merged(streams):
+            async for index, event in merged(streams, coalesce=not request.logprobs):
                 if request.logprobs and event.token_id is not None:
                     token = generator.token_text(event.token_id)
                     contents[index].append(

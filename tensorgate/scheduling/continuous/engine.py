@@ -52,6 +52,7 @@ class TokenEvent:
     logprob: float = 0.0
     top: tuple[tuple[int, float], ...] = ()
     finish_reason: FinishReason | None = None
+    count: int = 1  # tokens this event stands for (more than one when coalesced)
 
 
 @dataclass(slots=True, eq=False)
@@ -69,10 +70,33 @@ class GenerationStream:
     first_token_at: float | None = None
     stop: tuple[str, ...] = ()
 
-    async def __aiter__(self) -> AsyncIterator[TokenEvent]:
+    def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        return self.events()
+
+    async def events(self, *, coalesce: bool = False) -> AsyncIterator[TokenEvent]:
+        """The events as they come. With ``coalesce``, tokens already waiting when the caller comes
+        back are merged into one event (their texts joined, ``count`` summed): a streaming client
+        that falls behind gets fewer, larger chunks instead of a growing backlog."""
         try:
             while True:
                 item = await self._queue.get()
+                while coalesce and not isinstance(item, BaseException) and item.finish_reason is None:
+                    try:
+                        following = self._queue.get_nowait()
+                    except asyncio.QueueEmpty:
+                        break
+                    if isinstance(following, BaseException):
+                        yield item
+                        item = following
+                        break
+                    item = TokenEvent(
+                        following.token_id,
+                        item.text + following.text,
+                        following.logprob,
+                        following.top,
+                        following.finish_reason,
+                        item.count + following.count,
+                    )
                 if isinstance(item, BaseException):
                     raise item
                 yield item
@@ -181,7 +205,7 @@ class Engine:
             return
         self.scheduler.finish(seq_id, FinishReason.CANCELLED)
         stream.finish_reason = FinishReason.CANCELLED
-        stream._queue.put_nowait(error or TokenEvent(None, "", finish_reason=FinishReason.CANCELLED))
+        stream._queue.put_nowait(error or TokenEvent(None, "", finish_reason=FinishReason.CANCELLED, count=0))
         self._wake.set()
 
     # -- the loop --------------------------------------------------------------------------------
@@ -239,7 +263,7 @@ class Engine:
         if seq.finish_reason is FinishReason.EXPIRED and not stream.output_ids:
             stream._queue.put_nowait(DeadlineExceeded("the request's deadline passed before it was scheduled"))
         else:
-            stream._queue.put_nowait(TokenEvent(None, "", finish_reason=seq.finish_reason))
+            stream._queue.put_nowait(TokenEvent(None, "", finish_reason=seq.finish_reason, count=0))
 
     def _deliver(self, update: SeqUpdate, sampled: Sampled, now: float) -> None:
         stream = self._streams.get(update.seq.seq_id)
