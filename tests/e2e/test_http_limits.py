@@ -285,3 +285,11 @@ def test_header_timeout(server: ServerProcess) -> None:
         assert idle.recv(1024) == b""
         assert time.monotonic() - started < 12.0
     assert httpx.get(server.url + "/v2/health/live").status_code == 200
+
+
+def test_gzip_body_over_the_limit_before_inflating(client: httpx.Client) -> None:
+    """A compressed body is limited as sent, too: incompressible gzip past the limit is 413 unread."""
+    body = gzip.compress(np.random.default_rng(0).bytes(LIMIT + KIB), mtime=0)
+    assert len(body) > LIMIT
+    response = client.post("/v2/models/cnn/infer", content=body, headers={"Content-Encoding": "gzip"})
+    _assert_413(response)
