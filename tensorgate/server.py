@@ -20,6 +20,7 @@ import orjson
 
 from tensorgate.clock import Clock, MonotonicClock
 from tensorgate.config.server_config import ServerConfig
+from tensorgate.errors import ConfigError
 from tensorgate.models.manager import ModelManager
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
@@ -88,7 +89,9 @@ class Server:
         names = [s.name for s in sources]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"models {duplicates} are defined twice (repository and config file)")
+            raise ConfigError(
+                f"{self._config_source}: key 'models': models {duplicates} are also in the model repository"
+            )
         return sources
 
     async def start(self) -> None:
@@ -110,6 +113,7 @@ class Server:
             bind_socket(section.host, section.http_port),
             keep_alive_s=section.keep_alive_s,
             exit_timeout_s=section.exit_timeout_s,
+            header_timeout_s=section.header_timeout_s,
         )
         self._listeners.append(http)
         if section.metrics_port is not None:

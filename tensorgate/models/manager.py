@@ -132,8 +132,12 @@ class ModelManager:
             log.error("model %s version %d failed to load: %s", name, version, exc)
             await _close_all(instances)
             return
-        except Exception as exc:  # a backend bug must fail this version, not the server
-            status.state, status.reason = VersionState.FAILED, f"{type(exc).__name__}: {exc}"
+        except Exception:  # a backend bug must fail this version, not the server
+            # The detail (which may hold paths) goes to the log; clients see a generic reason.
+            status.state, status.reason = (
+                VersionState.FAILED,
+                "the backend failed to load the model; see the server log",
+            )
             log.exception("model %s version %d failed to load", name, version)
             await _close_all(instances)
             return

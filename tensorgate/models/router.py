@@ -25,6 +25,9 @@ class ModelRouter:
         if version is not None:
             found = entry.versions.get(version)
             if found is None:
+                if version in entry.statuses:
+                    state = entry.statuses[version].state.value
+                    raise Unavailable(f"model '{name}' version {version} is not available ({state})", retry_after_s=1.0)
                 raise NotFound(f"unknown version {version} of model '{name}'")
             return found
         ready = entry.ready_versions()
