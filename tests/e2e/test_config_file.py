@@ -226,3 +226,22 @@ def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     stderr = capsys.readouterr().err
     assert str(missing) in stderr
     assert "cannot read" in stderr
+
+
+def test_a_model_in_both_the_repository_and_the_file_is_a_config_error(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "m" / "1").mkdir(parents=True)
+    (repo / "m" / "1" / "model.onnx").write_bytes(mlp_model().SerializeToString())
+    (tmp_path / "m.onnx").write_bytes(mlp_model().SerializeToString())
+    config = tmp_path / "both.yaml"
+    config.write_text(f"server: {{model_repository: {repo}}}\nmodels:\n  - {{name: m, model_path: m.onnx}}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "tensorgate", "serve", "--config", str(config), *_FREE_PORTS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "also in the model repository" in result.stderr

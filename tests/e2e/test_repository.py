@@ -204,6 +204,8 @@ def test_failed_versions(client: httpx.Client, server: ServerProcess, model: str
     assert not LEAK.search(response.json()["error"])
     versioned = _infer(client, f"/v2/models/{model}/versions/1/infer")
     assert versioned.status_code == 503
+    # Metadata of a version that exists but failed: unavailable, not unknown.
+    assert client.get(f"/v2/models/{model}/versions/1").status_code == 503
     assert any(reason in r.get("message", "") for r in _log(server) if r.get("level") == "error")
     assert client.get("/v2/health/live").status_code == 200
 
