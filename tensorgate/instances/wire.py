@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tensorgate import bytes_elements
 from tensorgate.types import Array, DataType
 
 MAGIC = b"TGW1"
@@ -123,15 +124,6 @@ class Region:
             pass
 
 
-def _bytes_payload(array: Array) -> bytes:
-    parts = []
-    for item in array.reshape(-1):
-        value = item if isinstance(item, bytes) else str(item).encode("utf-8")
-        parts.append(struct.pack("<I", len(value)))
-        parts.append(value)
-    return b"".join(parts)
-
-
 def write_tensors(region: Region, tensors: Mapping[str, Array]) -> list[dict[str, Any]]:
     """Lay tensors out in the region (64-byte aligned); returns their descriptions for the frame."""
     payloads: list[tuple[str, DataType, tuple[int, ...], Array | bytes, int]] = []
@@ -139,7 +131,7 @@ def write_tensors(region: Region, tensors: Mapping[str, Array]) -> list[dict[str
     for name, array in tensors.items():
         datatype = DataType.from_numpy(array.dtype)
         if datatype is DataType.BYTES:
-            blob = _bytes_payload(array)
+            blob = bytes_elements.pack(array)
             payloads.append((name, datatype, tuple(array.shape), blob, len(blob)))
             nbytes = len(blob)
         else:
@@ -181,25 +173,13 @@ def read_tensors(region: Region, described: Any, *, copy: bool) -> dict[str, Arr
             raise WireError(f"tensor '{name}' lies outside the shared region")
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if datatype is DataType.BYTES:
-            out[name] = _read_bytes(memoryview(buf)[offset : offset + nbytes], count, name).reshape(shape)
+            try:
+                out[name] = bytes_elements.unpack(memoryview(buf)[offset : offset + nbytes], count).reshape(shape)
+            except ValueError as exc:
+                raise WireError(f"tensor '{name}': {exc}") from None
             continue
         if count * datatype.itemsize != nbytes:
             raise WireError(f"tensor '{name}' size does not match its shape")
         array = np.ndarray(shape, dtype=datatype.numpy, buffer=buf, offset=offset)
         out[name] = array.copy() if copy else array
-    return out
-
-
-def _read_bytes(view: memoryview, count: int, name: str) -> Array:
-    out = np.empty(count, dtype=object)
-    offset = 0
-    for index in range(count):
-        if offset + 4 > len(view):
-            raise WireError(f"tensor '{name}' BYTES data is short")
-        (length,) = struct.unpack_from("<I", view, offset)
-        offset += 4
-        if offset + length > len(view):
-            raise WireError(f"tensor '{name}' BYTES element runs past its data")
-        out[index] = bytes(view[offset : offset + length])
-        offset += length
     return out

@@ -8,12 +8,12 @@ are computed with Python integers (no overflow), and raw byte sizes must match e
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from tensorgate import bytes_elements
 from tensorgate.errors import InvalidInput, TooLarge
 from tensorgate.types import Array, DataType
 
@@ -103,36 +103,15 @@ def from_raw(raw: bytes | memoryview, datatype: DataType, shape: tuple[int, ...]
 
 
 def parse_length_prefixed(raw: bytes | memoryview, count: int, name: str) -> Array:
-    view = memoryview(raw)
-    # Elements are collected as they are read and the array is made at the end: the shape's count
-    # comes from the client and must not size an allocation before the data proves it (2**28
-    # object slots are 2 GiB). Each element consumes at least 4 bytes, so the loop is bounded too.
-    items: list[bytes] = []
-    offset = 0
-    for index in range(count):
-        if offset + 4 > len(view):
-            raise InvalidInput(f"input '{name}': BYTES data holds fewer than the {count} elements its shape needs")
-        (length,) = struct.unpack_from("<I", view, offset)
-        offset += 4
-        if offset + length > len(view):
-            raise InvalidInput(f"input '{name}': BYTES element {index} runs past the end of its data")
-        items.append(bytes(view[offset : offset + length]))
-        offset += length
-    if offset != len(view):
-        raise InvalidInput(f"input '{name}': BYTES data holds more than the {count} elements its shape needs")
-    out = np.empty(count, dtype=object)
-    out[:] = items
-    return out
+    try:
+        return bytes_elements.unpack(raw, count)
+    except ValueError as exc:
+        raise InvalidInput(f"input '{name}': {exc}") from None
 
 
 def to_raw(array: Array, datatype: DataType) -> bytes:
     if datatype is DataType.BYTES:
-        parts = []
-        for item in array.reshape(-1):
-            value = item if isinstance(item, bytes) else str(item).encode("utf-8")
-            parts.append(struct.pack("<I", len(value)))
-            parts.append(value)
-        return b"".join(parts)
+        return bytes_elements.pack(array)
     if datatype is DataType.BOOL:
         return np.ascontiguousarray(array, dtype=np.bool_).tobytes()
     return np.ascontiguousarray(array, dtype=_LE[datatype]).tobytes()
