@@ -21,7 +21,7 @@ from tensorgate.protocols.grpc.generated import model_config_pb2 as mc
 
 # The one definition of the V2 ``priority`` / ``timeout`` parameters, shared with HTTP so both
 # protocols accept and reject the same values.
-from tensorgate.protocols.http.v2_codec import MAX_INPUTS, _priority_and_timeout
+from tensorgate.protocols.parameters import MAX_INPUTS, priority_and_timeout
 from tensorgate.protocols.tensor_codec import check_total_bytes, from_raw, parse_datatype, parse_shape, to_raw
 from tensorgate.repository.names import check_model_name, parse_version
 from tensorgate.types import Array, DataType, InferRequest, InferResponse, ModelMetadata
@@ -118,7 +118,7 @@ def decode_infer(message: Any, limits: GrpcLimits) -> InferRequest:
         else:
             inputs[input_name] = _from_contents(tensor, datatype, shape, elements)
     params = parameters(message.parameters)
-    priority, timeout = _priority_and_timeout(params)
+    priority, timeout = priority_and_timeout(params)
     return InferRequest(
         model=name,
         version=version,

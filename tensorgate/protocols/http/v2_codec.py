@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from tensorgate.errors import InvalidInput, NotImplementedFeature
+from tensorgate.protocols.parameters import MAX_INPUTS, priority_and_timeout
 from tensorgate.protocols.tensor_codec import (
     from_json_data,
     from_raw,
@@ -30,7 +31,6 @@ from tensorgate.protocols.tensor_codec import (
 )
 from tensorgate.types import Array, DataType, InferRequest, InferResponse
 
-MAX_INPUTS = 256
 _MAX_HEADER_DIGITS = 12
 
 
@@ -103,16 +103,6 @@ def _parameters(node: dict[str, Any], where: str) -> dict[str, Any]:
     return params
 
 
-def _priority_and_timeout(params: dict[str, Any]) -> tuple[int | None, float | None]:
-    priority = params.get("priority")
-    if priority is not None and (type(priority) is not int or priority < 0):
-        raise InvalidInput("parameter 'priority' must be a non-negative integer (1 is the highest level)")
-    timeout = params.get("timeout")
-    if timeout is not None and (type(timeout) is not int or timeout < 0):
-        raise InvalidInput("parameter 'timeout' must be a non-negative integer of microseconds")
-    return priority, (None if not timeout else timeout / 1_000_000)
-
-
 def decode_infer(
     body: bytes | memoryview,
     header_length: int | None,
@@ -170,7 +160,7 @@ def decode_infer(
 
     params = _parameters(document, "request")
     prefs, outputs = _outputs(document, params)
-    priority, timeout = _priority_and_timeout(params)
+    priority, timeout = priority_and_timeout(params)
     request_id = document.get("id", "")
     if not isinstance(request_id, str):
         raise InvalidInput("'id' must be a string")
