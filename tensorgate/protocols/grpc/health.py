@@ -47,6 +47,11 @@ class ReadinessHealth(HealthServicer):  # type: ignore[misc]
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service[:128]!r}")
         return health_pb2.HealthCheckResponse(status=status)
 
+    async def Watch(self, request: Any, context: Any) -> None:
+        # Publish first, so a watcher's first answer is the current status, not the last refresh's.
+        await self.refresh()
+        await super().Watch(request, context)
+
     async def refresh(self) -> None:
         """Publish the current statuses for Watch streams (only changes wake a watcher)."""
         for name in ("", *self._service.manager.models):
