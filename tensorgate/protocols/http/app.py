@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from tensorgate.clock import Clock
@@ -251,13 +252,21 @@ class HttpApp:
         self._check_known(name, version)
         body = await self._body(call, receive)
         header_length = parse_header_length(call.headers.get("inference-header-content-length"), len(body))
+        decode = partial(
+            decode_infer,
+            body,
+            header_length,
+            name,
+            version,
+            self._settings.limits,
+            request_id=call.request_id,
+            traceparent=call.headers.get("traceparent"),
+        )
         try:
             if len(body) > _OFFLOAD_BYTES:
-                request, prefs = await asyncio.to_thread(
-                    decode_infer, body, header_length, name, version, self._settings.limits
-                )
+                request, prefs = await asyncio.to_thread(decode)
             else:
-                request, prefs = decode_infer(body, header_length, name, version, self._settings.limits)
+                request, prefs = decode()
         except TensorgateError as exc:
             self._service.count_failure(name, version, exc)
             raise
@@ -284,7 +293,8 @@ class HttpApp:
 
     async def _run(self, call: Call, request: InferRequest, receive: Receive) -> Any:
         """Call the core while watching the connection: a client that leaves cancels its request."""
-        request = _with_ids(request, call)
+        if not request.request_id:  # decoders that cannot carry the ids (V1) get them here
+            request = _with_ids(request, call)
         task = asyncio.current_task()
         assert task is not None
         attributes = {"http.request.method": call.method, "url.path": call.path[:200]}

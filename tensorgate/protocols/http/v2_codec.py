@@ -89,7 +89,10 @@ def loads_object(raw: bytes | memoryview, limits: DecodeLimits, what: str = "req
         raise InvalidInput(f"{what} is not valid JSON: {str(exc).split(':')[0]}") from None
     if not isinstance(document, dict):
         raise InvalidInput(f"{what} must be a JSON object")
-    if _depth_exceeds(document, limits.max_json_depth):
+    # Nesting needs brackets: a small body with fewer than the limit cannot be too deep, and
+    # counting bytes in C is cheaper than walking the parsed document on every request.
+    shallow = len(raw) < 65536 and (bytes(raw).count(b"[") + bytes(raw).count(b"{")) < limits.max_json_depth
+    if not shallow and _depth_exceeds(document, limits.max_json_depth):
         raise InvalidInput(f"JSON nesting depth exceeds the maximum allowed limit ({limits.max_json_depth})")
     return document
 
@@ -109,6 +112,9 @@ def decode_infer(
     model: str,
     version: int | None,
     limits: DecodeLimits,
+    *,
+    request_id: str = "",
+    traceparent: str | None = None,
 ) -> tuple[InferRequest, OutputPrefs]:
     view = memoryview(body)
     json_part = view if header_length is None else view[:header_length]
@@ -161,8 +167,8 @@ def decode_infer(
     params = _parameters(document, "request")
     prefs, outputs = _outputs(document, params)
     priority, timeout = priority_and_timeout(params)
-    request_id = document.get("id", "")
-    if not isinstance(request_id, str):
+    client_id = document.get("id", "")
+    if not isinstance(client_id, str):
         raise InvalidInput("'id' must be a string")
     request = InferRequest(
         model=model,
@@ -172,7 +178,9 @@ def decode_infer(
         parameters=params,
         priority=priority,
         timeout_s=timeout,
-        id=request_id,
+        id=client_id,
+        request_id=request_id,
+        traceparent=traceparent,
     )
     return request, prefs
 
