@@ -164,6 +164,7 @@ class CausalLMRunner:
         self.device = "cpu"
         self.max_position_embeddings = 2048
         self.kv_bytes_per_token = 0
+        self._threads = 0
         self._solo: dict[int, DynamicCache] = {}
         self._batch: _DecodeBatch | None = None
         self._generators: dict[int, torch.Generator] = {}
@@ -175,6 +176,7 @@ class CausalLMRunner:
         if missing:
             raise ModelLoadError(f"the llm model directory lacks {', '.join(missing)} (safetensors weights only)")
         self.device = torch_device(device)
+        self._threads = threads
         if threads > 0:
             torch.set_num_threads(threads)
         try:
@@ -196,7 +198,11 @@ class CausalLMRunner:
         self.kv_bytes_per_token = 2 * layers * kv_heads * head_dim * _DTYPES[dtype].itemsize
 
     def reset(self) -> None:
-        """Forget every sequence (an engine starting over this runner)."""
+        """Forget every sequence (an engine starting over this runner). Called from the thread that
+        will run the steps, so the intra-op thread setting lands there: OpenMP keeps it per thread
+        (measured: a server whose load thread set 1 still stepped with 2 threads, 2x slower here)."""
+        if self._threads > 0:
+            torch.set_num_threads(self._threads)
         self._solo.clear()
         self._batch = None
         self._generators.clear()
@@ -224,6 +230,13 @@ class CausalLMRunner:
         self._reshape_batch(freed, {c.seq_id for c in decodes})
         logits: list[torch.Tensor] = []
         sampled_chunks: list[ScheduledChunk] = []
+        fresh = [c for c in prefills if c.start == 0 and c.seq_id not in self._solo]
+        if len(fresh) > 1:  # the first chunks of several prompts: one left-padded forward for all
+            for chunk, out in zip(fresh, self._prefill_fresh(fresh), strict=True):
+                if chunk.sample:
+                    logits.append(out)
+                    sampled_chunks.append(chunk)
+            prefills = [c for c in prefills if c not in fresh]
         for chunk in prefills:
             out = self._prefill(chunk)
             if chunk.sample:
@@ -253,6 +266,29 @@ class CausalLMRunner:
         positions = torch.arange(chunk.start, chunk.start + count, device=self.device).unsqueeze(0)
         out = self.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
+
+    def _prefill_fresh(self, chunks: list[ScheduledChunk]) -> list[torch.Tensor]:
+        """First chunks of several prompts in one left-padded forward; each keeps its own cache after."""
+        width = max(len(c.token_ids) for c in chunks)
+        pads = [width - len(c.token_ids) for c in chunks]
+        ids = [[0] * p + list(c.token_ids) for p, c in zip(pads, chunks, strict=True)]
+        mask = [[0] * p + [1] * len(c.token_ids) for p, c in zip(pads, chunks, strict=True)]
+        positions = [[0] * p + list(range(len(c.token_ids))) for p, c in zip(pads, chunks, strict=True)]
+        cache = DynamicCache()
+        out = self.model(
+            input_ids=torch.tensor(ids, dtype=torch.long, device=self.device),
+            attention_mask=torch.tensor(mask, dtype=torch.long, device=self.device),
+            position_ids=torch.tensor(positions, dtype=torch.long, device=self.device),
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        kv = _layers(cache)
+        for row, (pad, chunk) in enumerate(zip(pads, chunks, strict=True)):
+            self._solo[chunk.seq_id] = _cache_of(
+                [(k[row : row + 1, :, pad:], v[row : row + 1, :, pad:]) for k, v in kv]
+            )
+        return [out.logits[row, -1] for row in range(len(chunks))]
 
     def _reshape_batch(self, freed: set[int], decoding: set[int]) -> None:
         """Make the decode batch hold the sequences decoding this step.

@@ -66,7 +66,7 @@ class _EngineInstance(Instance):
         rows = inputs["text_input"].reshape(-1)
         params = SamplingParams(max_tokens=self._owner.settings.default_max_tokens)
         try:
-            streams = [self._owner.submit(self._owner.encode(_text(row)), params) for row in rows]
+            streams = [self._owner.submit(self._owner.encode(_text(row)), params, incremental=False) for row in rows]
             texts = []
             for stream in streams:
                 events = await collect(stream)
@@ -172,12 +172,15 @@ class GenerativeModelVersion(ModelVersion):
         *,
         priority: int | None = None,
         timeout_s: float | None = None,
+        incremental: bool = True,
     ) -> GenerationStream:
-        """Admit one generation (raises InvalidInput, QueueFull, Unavailable at once)."""
+        """Admit one generation (raises InvalidInput, QueueFull, Unavailable at once).
+
+        ``incremental``: the caller streams text as it comes (False: only the final text is read)."""
         self._check_ready()
         if priority is not None and not 1 <= priority <= self.settings.priority_levels:
             raise InvalidInput(f"priority {priority} is outside 1..{self.settings.priority_levels}")
-        return self.engine.submit(prompt_ids, params, priority=priority, timeout_s=timeout_s)
+        return self.engine.submit(prompt_ids, params, priority=priority, timeout_s=timeout_s, incremental=incremental)
 
     def _check_ready(self) -> None:
         if not self.ready:

@@ -231,3 +231,17 @@ async def test_stop_strings_and_rejections(make_engine, runner: CausalLMRunner) 
     assert stop not in again.text and first.text.startswith(again.text)
     with pytest.raises(InvalidInput):
         engine.submit(list(range(7, 70)) * 9, SamplingParams(max_tokens=1))
+
+
+async def test_prompts_prefilled_together_match_generate(make_engine, reference) -> None:  # type: ignore[no-untyped-def]
+    # Five prompts of different lengths admitted in one step share one left-padded prefill forward.
+    engine, checked = await make_engine(seqs=8, tokens=256)
+    rng = random.Random(21)
+    work = [([rng.choice(VOCAB) for _ in range(n)], 12) for n in (3, 40, 17, 1, 29)]
+    streams = [engine.submit(p, SamplingParams(max_tokens=m)) for p, m in work]
+    async with asyncio.timeout(60):
+        await asyncio.gather(*(collect(s) for s in streams))
+    first = checked.plans[0]
+    assert sum(1 for c in first.chunks if c.start == 0) == 5
+    for (prompt, max_tokens), stream in zip(work, streams, strict=True):
+        assert stream.output_ids == generate_alone(reference, prompt, max_tokens)

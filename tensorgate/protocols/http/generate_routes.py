@@ -62,6 +62,7 @@ class TextGenerator(Protocol):
         *,
         priority: int | None = ...,
         timeout_s: float | None = ...,
+        incremental: bool = ...,
     ) -> GenerationStream: ...
 
 
@@ -243,7 +244,9 @@ async def handle_generate(
     generator = find_generator(service, name, version)
     document = await read_json(receive, call, limit)
     text, params, priority, timeout = generate_params(document)
-    stream = generator.submit(generator.encode(text), params, priority=priority or None, timeout_s=timeout)
+    stream = generator.submit(
+        generator.encode(text), params, priority=priority or None, timeout_s=timeout, incremental=stream_mode
+    )
     call.version = str(generator.version)
     head = {"model_name": generator.name, "model_version": str(generator.version)}
     if not stream_mode:

@@ -107,7 +107,9 @@ class GenerationRoutes:
             for prompt in prompts:
                 for i in range(request.n):
                     params = request.sampling(max_tokens, request.logprobs, i)
-                    streams.append(generator.submit(prompt, params, priority=request.priority or None))
+                    streams.append(
+                        generator.submit(prompt, params, priority=request.priority or None, incremental=request.stream)
+                    )
         except TensorgateError:
             for stream in streams:
                 stream.cancel()
@@ -182,7 +184,9 @@ class GenerationRoutes:
         try:
             for i in range(request.n):
                 params = request.sampling(max_tokens, top if request.logprobs else None, i)
-                streams.append(generator.submit(prompt, params, priority=request.priority or None))
+                streams.append(
+                    generator.submit(prompt, params, priority=request.priority or None, incremental=request.stream)
+                )
         except TensorgateError:
             for stream in streams:
                 stream.cancel()

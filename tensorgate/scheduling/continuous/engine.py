@@ -69,6 +69,7 @@ class GenerationStream:
     arrival: float = 0.0
     first_token_at: float | None = None
     stop: tuple[str, ...] = ()
+    incremental: bool = True
 
     def __aiter__(self) -> AsyncIterator[TokenEvent]:
         return self.events()
@@ -177,8 +178,13 @@ class Engine:
         *,
         priority: int | None = None,
         timeout_s: float | None = None,
+        incremental: bool = True,
     ) -> GenerationStream:
-        """Admit a request or raise at once (InvalidInput, QueueFull); never blocks."""
+        """Admit a request or raise at once (InvalidInput, QueueFull); never blocks.
+
+        ``incremental=False`` (a caller that only wants the whole answer) skips detokenizing after
+        every token: the text is decoded once, at the end (unless stop strings need it earlier).
+        """
         if self._closed:
             raise Unavailable("the model is shutting down", retry_after_s=1.0)
         now = self._clock.now()
@@ -192,7 +198,14 @@ class Engine:
             deadline=None if timeout is None else now + timeout,
         )
         self.scheduler.add(seq)
-        stream = GenerationStream(seq.seq_id, len(prompt_ids), self, arrival=now, stop=params.stop)
+        stream = GenerationStream(
+            seq.seq_id,
+            len(prompt_ids),
+            self,
+            arrival=now,
+            stop=params.stop,
+            incremental=incremental or bool(params.stop),
+        )
         self._streams[seq.seq_id] = stream
         if self._metrics is not None:
             self._metrics.prompt_tokens.inc(len(prompt_ids))
@@ -260,6 +273,8 @@ class Engine:
         if stream is None:
             return
         stream.finish_reason = seq.finish_reason
+        if not stream.incremental and stream.output_ids:
+            stream.text = self._detok.decode(stream.output_ids)
         if seq.finish_reason is FinishReason.EXPIRED and not stream.output_ids:
             stream._queue.put_nowait(DeadlineExceeded("the request's deadline passed before it was scheduled"))
         else:
@@ -277,8 +292,12 @@ class Engine:
         if m is not None:
             m.generated_tokens.inc()
         stream.output_ids.append(sampled.token_id)
-        text = self._detok.decode(stream.output_ids)
         finish = update.seq.finish_reason if update.finished else None
+        if not stream.incremental and finish is None:
+            if update.seq.params.logprobs is not None:  # the caller collects per-token log-probabilities
+                stream._queue.put_nowait(TokenEvent(sampled.token_id, "", sampled.logprob, sampled.top))
+            return  # otherwise nobody needs waking before the end
+        text = self._detok.decode(stream.output_ids)
         if stream.stop:
             found = _find_stop(text, stream.stop, len(stream.text))
             if found is not None:
