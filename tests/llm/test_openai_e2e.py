@@ -187,3 +187,13 @@ def test_over_capacity_is_503_with_retry_after(server: ServerProcess) -> None:
     assert "queue is full" in refused.json()["error"]
     # The refused request left nothing behind: a request that fits is served.
     assert httpx.post(server.url + "/v1/completions", json={**body, "n": 1}, timeout=30).status_code == 200
+
+
+def test_v2_infer_on_a_language_model(server: ServerProcess, tiny_dir: Path) -> None:
+    body = {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [2, 1], "data": ["hello world", "red"]}]}
+    got = httpx.post(server.url + "/v2/models/tiny/infer", json=body, timeout=30)
+    assert got.status_code == 200, got.text
+    output = got.json()["outputs"][0]
+    assert output["name"] == "text_output" and output["datatype"] == "BYTES" and output["shape"] == [2, 1]
+    # Each row is one greedy generation of llm.default_max_tokens (16) tokens.
+    assert output["data"] == [reference_text(tiny_dir, "hello world", 16), reference_text(tiny_dir, "red", 16)]
