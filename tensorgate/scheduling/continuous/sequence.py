@@ -57,6 +57,8 @@ class Sequence:
         prompt = len(self.prompt_ids)
         if start + count <= prompt:
             return tuple(self.prompt_ids[start : start + count])
+        if start >= prompt:  # a decode: only generated tokens (no copy of the whole sequence)
+            return tuple(self.output_ids[start - prompt : start - prompt + count])
         merged = self.prompt_ids + self.output_ids
         return tuple(merged[start : start + count])
 

@@ -15,6 +15,7 @@ never stalls them. The driver runs the plan, then reports the sampled tokens thr
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from tensorgate.scheduling.continuous.kv_budget import KVBudget
 from tensorgate.scheduling.continuous.sequence import FinishReason, SeqStatus, Sequence
 
 RETRY_AFTER_S = 1.0
+# Scheduling order: higher priority (lower number) first, then earlier arrival.
+_ORDER = operator.attrgetter("priority", "arrival", "seq_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,13 +169,19 @@ class StepScheduler:
         budget = self.settings.max_num_batched_tokens
         chunks: list[ScheduledChunk] = []
         preempted: list[int] = []
-        self._running.sort(key=lambda s: s.order)
+        self._running.sort(key=_ORDER)  # nearly sorted already: linear
+        kv = self.kv
         index = 0
         while index < len(self._running) and budget > 0:
             seq = self._running[index]
             count = min(seq.remaining, budget)
-            while not self.kv.can_grow(seq.blocks, seq.num_computed + count):
-                victim = max(self._running, key=lambda s: s.order)
+            if kv.blocks_for(seq.num_computed + count) <= seq.blocks:  # the common decode: no new block
+                chunks.append(self._chunk(seq, count))
+                budget -= count
+                index += 1
+                continue
+            while not kv.can_grow(seq.blocks, seq.num_computed + count):
+                victim = max(self._running, key=_ORDER)
                 if victim is seq and len(self._running) == 1:
                     # Alone and still out of cache: it can never finish; end it at its length limit.
                     self._running.remove(seq)
