@@ -186,12 +186,11 @@ class _LeanDecoder:
             v = attn.v_proj(x).view(rows, 1, self._kv_heads, self._head_dim).transpose(1, 2)
             q, k = self._rotary_apply(q, k, cos, sin)
             keys, values = cache.layers[index].update(k, v)
-            if groups > 1:  # as the model's own repeat_kv does
-                length = keys.shape[2]
-                shape = (rows, self._kv_heads, groups, length, self._head_dim)
-                keys = keys[:, :, None].expand(shape).reshape(rows, self._heads, length, self._head_dim)
-                values = values[:, :, None].expand(shape).reshape(rows, self._heads, length, self._head_dim)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, scale=attn.scaling)
+            # enable_gqa shares each key/value head among its query heads without copying them
+            # (a copy per layer per step, as repeat_kv makes, cost more than the attention here).
+            out = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=allowed, scale=attn.scaling, enable_gqa=groups > 1
+            )
             hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(rows, 1, -1))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         return self._head(self._norm(hidden))[:, -1]
