@@ -35,11 +35,9 @@ class DataType(enum.Enum):
 
     @classmethod
     def parse(cls, name: object) -> DataType:
-        if isinstance(name, str):
-            try:
-                return cls(name)
-            except ValueError:
-                pass
+        found = _BY_NAME.get(name) if isinstance(name, str) else None  # a dict: Enum lookup is slow
+        if found is not None:
+            return found
         raise ValueError(f"unknown datatype {name!r}; expected one of {', '.join(d.value for d in cls)}")
 
     @property
@@ -76,6 +74,7 @@ _TO_NUMPY: dict[DataType, np.dtype[Any]] = {
     DataType.FP64: np.dtype(np.float64),
     DataType.BYTES: np.dtype(object),
 }
+_BY_NAME: dict[str, DataType] = {d.value: d for d in DataType}
 _FROM_NUMPY: dict[np.dtype[Any], DataType] = {v: k for k, v in _TO_NUMPY.items() if k is not DataType.BYTES}
 
 
