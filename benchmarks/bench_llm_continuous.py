@@ -4,8 +4,9 @@ Static: what a naive server does. Requests are taken 32 at a time in arrival ord
 to the longest prompt, and run through ``transformers.generate`` until the longest output of the
 batch is done; every request of a batch is answered when the batch ends.
 
-Continuous: the same requests, all sent at once over HTTP to ``tensorgate serve`` (the OpenAI
-``/v1/completions`` route, streaming, so time to first token is measured at the client).
+Continuous, two ways: the engine in this process (scheduler and model steps, no HTTP), and the
+same requests all sent at once over HTTP to ``tensorgate serve`` (OpenAI ``/v1/completions``);
+the server's time to first token comes from its own histogram on /metrics.
 
 Both force each request's exact output length (no EOS: ``ignore_eos`` for the server,
 ``min_new_tokens`` for ``generate``), greedy decoding. Model: a random-weight Llama built here
@@ -35,6 +36,12 @@ from llm_model_factory import build_model  # noqa: E402
 
 from tensorgate.testing import ServerProcess  # noqa: E402
 
+MODEL_VOCAB = 74  # the word-level tokenizer trained on tests/llm/data/corpus.txt
+# Why this shape: on CPU a decode step's cost is mostly per-step work (framework calls per layer,
+# plus attention over every cached position), so the regime where batching many sequences pays
+# is a model whose per-step cost is not dominated by per-row arithmetic, the same regime as a GPU
+# whose decode step is bound by reading the weights once per step. Larger shapes are options
+# (--hidden, --layers, ...): the ratio falls as per-row work dominates (see the report).
 MODEL = {"hidden": 32, "layers": 2, "heads": 2, "kv_heads": 1, "intermediate": 96, "max_positions": 1024}
 
 
@@ -221,7 +228,7 @@ def main() -> None:
             f"  threads: {args.threads}\n"
         )
         params = sum(t.numel() for t in AutoModelForCausalLM.from_pretrained(model_dir).parameters())
-        print(f"model: Llama, {MODEL['layers']} layers, hidden {MODEL['hidden']}, {params / 1e6:.1f} M parameters")
+        print(f"model: Llama, {MODEL['layers']} layers, hidden {MODEL['hidden']}, {params:,} parameters")
         # Rounds alternate the three modes and each figure is the median round: the host is shared,
         # and a burst of someone else's load during one mode would otherwise decide the ratio.
         rounds: dict[str, list[dict[str, Any]]] = {"static": [], "engine": [], "http": []}
@@ -273,7 +280,8 @@ def report(
             f"{args.requests} concurrent requests, prompts 16-256 tokens ({prompt_tokens} in all), outputs 16-256 "
             f"tokens ({out_tokens} in all), greedy, lengths forced. Model: random-weight Llama, {MODEL['layers']} "
             f"layers, hidden {MODEL['hidden']}, {MODEL['heads']} heads ({MODEL['kv_heads']} KV heads), "
-            f"{params / 1e6:.1f} M parameters, float32 on CPU. Engine: max_num_seqs {args.max_num_seqs}, "
+            f"{params:,} parameters (vocabulary of {MODEL_VOCAB} words), float32 on CPU. "
+            f"Engine: max_num_seqs {args.max_num_seqs}, "
             f"max_num_batched_tokens {args.max_num_batched_tokens}. "
             f"torch intra-op threads: {args.threads} on both sides.",
             "",
