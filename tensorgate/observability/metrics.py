@@ -1,23 +1,20 @@
 """Prometheus metrics. The registry is passed in (no global), so a test builds a fresh one.
 
 Label values come only from loaded models (name, version, instance), never from request URLs:
-a flood of requests for unknown models cannot create series.
+a flood of requests for unknown models cannot create series. The families are updated on the
+event loop only, without locks (see ``loop_metrics``); process, platform and GPU figures come
+from collectors read at scrape time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    PlatformCollector,
-    ProcessCollector,
-)
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from tensorgate.observability.gpu import register_gpu_metrics
+from tensorgate.observability.loop_metrics import Counter, Gauge, Histogram, LoopCollector
 
 # Latency buckets from 0.5 ms to 60 s: small models answer in ~1 ms, generation runs for seconds.
 LATENCY_BUCKETS = (
@@ -75,79 +72,92 @@ class Metrics:
             ProcessCollector(namespace="tensorgate", registry=self.registry)
             PlatformCollector(registry=self.registry)
             register_gpu_metrics(self.registry)
-        r = self.registry
+        loop = LoopCollector()
+        r = loop.add
         mv = ["model", "version"]
-        self.requests = Counter("tensorgate_requests", "Inference requests by outcome.", [*mv, "outcome"], registry=r)
-        self.request_seconds = Histogram(
-            "tensorgate_request_duration_seconds",
-            "End-to-end time in the server, admission to answer.",
-            mv,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.requests = r(Counter("tensorgate_requests", "Inference requests by outcome.", [*mv, "outcome"]))
+        self.request_seconds = r(
+            Histogram(
+                "tensorgate_request_duration_seconds",
+                "End-to-end time in the server, admission to answer.",
+                mv,
+                buckets=LATENCY_BUCKETS,
+            )
         )
-        self.queue_seconds = Histogram(
-            "tensorgate_queue_duration_seconds",
-            "Time from admission to dispatch to an instance.",
-            mv,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.queue_seconds = r(
+            Histogram(
+                "tensorgate_queue_duration_seconds",
+                "Time from admission to dispatch to an instance.",
+                mv,
+                buckets=LATENCY_BUCKETS,
+            )
         )
-        self.compute_seconds = Histogram(
-            "tensorgate_compute_duration_seconds",
-            "Time an instance spent executing each batch.",
-            mv,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.compute_seconds = r(
+            Histogram(
+                "tensorgate_compute_duration_seconds",
+                "Time an instance spent executing each batch.",
+                mv,
+                buckets=LATENCY_BUCKETS,
+            )
         )
-        self.batch_size = Histogram(
-            "tensorgate_batch_size",
-            "Rows per executed batch.",
-            mv,
-            buckets=BATCH_BUCKETS,
-            registry=r,
+        self.batch_size = r(
+            Histogram(
+                "tensorgate_batch_size",
+                "Rows per executed batch.",
+                mv,
+                buckets=BATCH_BUCKETS,
+            )
         )
-        self.batch_releases = Counter(
-            "tensorgate_batch_releases",
-            "Why each batch was released.",
-            [*mv, "reason"],
-            registry=r,
+        self.batch_releases = r(
+            Counter(
+                "tensorgate_batch_releases",
+                "Why each batch was released.",
+                [*mv, "reason"],
+            )
         )
-        self.executions = Counter("tensorgate_executions", "Model executions (batches run).", mv, registry=r)
-        self.queue_depth = Gauge(
-            "tensorgate_queue_depth",
-            "Requests waiting, per priority level.",
-            [*mv, "priority"],
-            registry=r,
+        self.executions = r(Counter("tensorgate_executions", "Model executions (batches run).", mv))
+        self.queue_depth = r(
+            Gauge(
+                "tensorgate_queue_depth",
+                "Requests waiting, per priority level.",
+                [*mv, "priority"],
+            )
         )
-        self.inflight = Gauge("tensorgate_inflight_requests", "Requests admitted and not yet answered.", mv, registry=r)
-        self.instance_healthy = Gauge(
-            "tensorgate_instance_healthy",
-            "1 when the instance can take work.",
-            [*mv, "instance"],
-            registry=r,
+        self.inflight = r(Gauge("tensorgate_inflight_requests", "Requests admitted and not yet answered.", mv))
+        self.instance_healthy = r(
+            Gauge(
+                "tensorgate_instance_healthy",
+                "1 when the instance can take work.",
+                [*mv, "instance"],
+            )
         )
-        self.instance_restarts = Counter(
-            "tensorgate_instance_restarts",
-            "Instance (worker process) restarts.",
-            [*mv, "instance"],
-            registry=r,
+        self.instance_restarts = r(
+            Counter(
+                "tensorgate_instance_restarts",
+                "Instance (worker process) restarts.",
+                [*mv, "instance"],
+            )
         )
-        self.load_seconds = Histogram(
-            "tensorgate_model_load_duration_seconds",
-            "Time to load a model version.",
-            mv,
-            buckets=LOAD_BUCKETS,
-            registry=r,
+        self.load_seconds = r(
+            Histogram(
+                "tensorgate_model_load_duration_seconds",
+                "Time to load a model version.",
+                mv,
+                buckets=LOAD_BUCKETS,
+            )
         )
-        self.warmup_seconds = Histogram(
-            "tensorgate_model_warmup_duration_seconds",
-            "Time to warm up a model version.",
-            mv,
-            buckets=LOAD_BUCKETS,
-            registry=r,
+        self.warmup_seconds = r(
+            Histogram(
+                "tensorgate_model_warmup_duration_seconds",
+                "Time to warm up a model version.",
+                mv,
+                buckets=LOAD_BUCKETS,
+            )
         )
-        self.model_ready = Gauge("tensorgate_model_ready", "1 when the version is READY.", mv, registry=r)
-        if not enabled:
+        self.model_ready = r(Gauge("tensorgate_model_ready", "1 when the version is READY.", mv))
+        if enabled:
+            self.registry.register(loop)
+        else:
             null = _Null()
             for name, value in list(vars(self).items()):
                 if isinstance(value, Counter | Gauge | Histogram):
@@ -176,13 +186,13 @@ class VersionMetrics:
     metrics: Metrics
     model: str
     version: str
-    outcomes: dict[str, Counter]
-    request_seconds: Histogram
-    queue_seconds: Histogram
-    compute_seconds: Histogram
-    batch_size: Histogram
-    executions: Counter
-    inflight: Gauge
+    outcomes: dict[str, Any]  # the children of the families (or no-ops when metrics are off)
+    request_seconds: Any
+    queue_seconds: Any
+    compute_seconds: Any
+    batch_size: Any
+    executions: Any
+    inflight: Any
 
     def outcome(self, name: str) -> None:
         self.outcomes[name].inc()
@@ -190,7 +200,7 @@ class VersionMetrics:
     def release(self, reason: str) -> None:
         self.metrics.batch_releases.labels(self.model, self.version, reason).inc()
 
-    def queue_depth_gauges(self, levels: int) -> list[Gauge]:
+    def queue_depth_gauges(self, levels: int) -> list[Any]:
         """One bound gauge per priority level (index 0 is level 1), for the scheduler to keep."""
         return [self.metrics.queue_depth.labels(self.model, self.version, str(level)) for level in range(1, levels + 1)]
 
