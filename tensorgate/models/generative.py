@@ -189,7 +189,8 @@ class GenerativeModelVersion(ModelVersion):
             )
 
     async def aclose(self, drain_timeout_s: float) -> None:
-        self.state = VersionState.DRAINING
+        self.state = VersionState.DRAINING  # new generations are refused from here on
+        await self.engine.drain(drain_timeout_s)  # in-flight ones finish within the exit timeout
         await self.engine.aclose()
         await super().aclose(drain_timeout_s)
         await asyncio.to_thread(self.runner.close)

@@ -245,3 +245,11 @@ async def test_prompts_prefilled_together_match_generate(make_engine, reference)
     assert sum(1 for c in first.chunks if c.start == 0) == 5
     for (prompt, max_tokens), stream in zip(work, streams, strict=True):
         assert stream.output_ids == generate_alone(reference, prompt, max_tokens)
+
+
+async def test_drain_waits_for_running_sequences(make_engine) -> None:  # type: ignore[no-untyped-def]
+    engine, _ = await make_engine()
+    stream = engine.submit([9, 10, 11], SamplingParams(max_tokens=30, ignore_eos=True))
+    async with asyncio.timeout(30):
+        await engine.drain(30)
+    assert stream.finish_reason is FinishReason.LENGTH and len(stream.output_ids) == 30

@@ -137,6 +137,8 @@ class Engine:
         self._streams: dict[int, GenerationStream] = {}
         self._ids = itertools.count(1)
         self._wake = asyncio.Event()
+        self._quiet = asyncio.Event()  # set while nothing is queued or running
+        self._quiet.set()
         self._task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
@@ -148,6 +150,11 @@ class Engine:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-engine")
         await asyncio.get_running_loop().run_in_executor(self._executor, self._runner.reset)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="llm-engine")
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait until every admitted sequence has finished, or ``timeout_s`` has passed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._quiet.wait(), timeout_s)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -209,6 +216,7 @@ class Engine:
         self._streams[seq.seq_id] = stream
         if self._metrics is not None:
             self._metrics.prompt_tokens.inc(len(prompt_ids))
+        self._quiet.clear()
         self._wake.set()
         return stream
 
@@ -228,6 +236,7 @@ class Engine:
         while not self._closed:
             if not self.scheduler.has_work():
                 self._publish()
+                self._quiet.set()
                 self._wake.clear()
                 await self._wake.wait()
                 continue
