@@ -30,6 +30,7 @@ from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.protocols.http.body import Receive, decompress, read_body
+from tensorgate.protocols.http.disconnect import DisconnectWatch
 from tensorgate.protocols.http.openai_routes import GenerationRoutes, is_generation_route
 from tensorgate.protocols.http.v1_codec import decode_predict, encode_predict
 from tensorgate.protocols.http.v2_codec import (
@@ -301,7 +302,7 @@ class HttpApp:
         with self._tracer.request(f"{call.method} infer", request.traceparent, attributes) as span:
             if span.traceparent is not None:  # None when tracing is off: no copy of the request
                 request = replace(request, traceparent=span.traceparent)
-            watch = _DisconnectWatch(receive, task)
+            watch = DisconnectWatch(receive, task)
             try:
                 response = await self._service.infer(request)
             except asyncio.CancelledError:
@@ -403,41 +404,6 @@ def _decode_v1(
 
 def _with_ids(request: InferRequest, call: Call) -> InferRequest:
     return replace(request, request_id=call.request_id, traceparent=call.headers.get("traceparent"))
-
-
-# Most requests are answered within this; only then is a task spent on watching the connection.
-WATCH_AFTER_S = 0.02
-
-
-class _DisconnectWatch:
-    """Cancels a request's task when its client disconnects, so the request leaves the queue.
-
-    A timer costs about a tenth of a task, and most requests finish before it fires, so the task
-    that waits on ``receive()`` for ``http.disconnect`` starts only after ``WATCH_AFTER_S``.
-    """
-
-    def __init__(self, receive: Receive, task: asyncio.Task[Any]) -> None:
-        self._receive = receive
-        self._task = task
-        self._watcher: asyncio.Task[None] | None = None
-        self.disconnected = False
-        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._start)
-
-    def _start(self) -> None:
-        self._timer = None
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
-
-    async def _watch(self) -> None:
-        message = await self._receive()
-        if message["type"] == "http.disconnect":
-            self.disconnected = True
-            self._task.cancel()
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._watcher is not None:
-            self._watcher.cancel()
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
