@@ -25,7 +25,6 @@ from tensorgate.instances.factory import placements
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
 from tensorgate.models.specs import resolve_specs
-from tensorgate.observability.generation_metrics import generation_metrics
 from tensorgate.observability.metrics import Metrics
 from tensorgate.repository.source import ModelSource, VersionSource
 from tensorgate.scheduling.continuous.engine import Engine, EngineSettings, GenerationStream, collect
@@ -133,7 +132,7 @@ class GenerativeModelVersion(ModelVersion):
             scheduler,
             self.codec,
             clock,
-            generation_metrics(metrics.registry).for_version(name, version),
+            metrics.generation().for_version(name, version),
             EngineSettings(default_priority=settings.priority_levels),
         )
         instances = [_EngineInstance(f"{name}_{version}_{i}", device, self) for i in range(_V2_CONCURRENCY)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -72,15 +71,3 @@ class VersionGenerationMetrics:
     preemptions: Counter
     prompt_tokens: Counter
     generated_tokens: Counter
-
-
-# One GenerationMetrics per registry: every generative version of a server shares the families.
-# Keyed weakly by the registry the server passed in, so a test's fresh registry gets fresh metrics.
-_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, GenerationMetrics] = weakref.WeakKeyDictionary()
-
-
-def generation_metrics(registry: CollectorRegistry) -> GenerationMetrics:
-    found = _BY_REGISTRY.get(registry)
-    if found is None:
-        found = _BY_REGISTRY[registry] = GenerationMetrics(registry)
-    return found

@@ -9,12 +9,15 @@ from collectors read at scrape time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from tensorgate.observability.gpu import register_gpu_metrics
 from tensorgate.observability.loop_metrics import Counter, Gauge, Histogram, LoopCollector
+
+if TYPE_CHECKING:
+    from tensorgate.observability.generation_metrics import GenerationMetrics
 
 # Latency buckets from 0.5 ms to 60 s: small models answer in ~1 ms, generation runs for seconds.
 LATENCY_BUCKETS = (
@@ -155,6 +158,7 @@ class Metrics:
             )
         )
         self.model_ready = r(Gauge("tensorgate_model_ready", "1 when the version is READY.", mv))
+        self._generation: GenerationMetrics | None = None
         if enabled:
             self.registry.register(loop)
         else:
@@ -162,6 +166,14 @@ class Metrics:
             for name, value in list(vars(self).items()):
                 if isinstance(value, Counter | Gauge | Histogram):
                     setattr(self, name, null)
+
+    def generation(self) -> GenerationMetrics:
+        """The text-generation families, registered when the first generative model loads."""
+        if self._generation is None:
+            from tensorgate.observability.generation_metrics import GenerationMetrics
+
+            self._generation = GenerationMetrics(self.registry)
+        return self._generation
 
     def for_version(self, model: str, version: int) -> VersionMetrics:
         v = str(version)
