@@ -226,3 +226,6 @@ class Server:
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
+                # Shutdown is done; the process is about to exit 0. A late SIGTERM (a supervisor
+                # repeating itself) must not turn that clean exit into death by signal.
+                signal.signal(sig, signal.SIG_IGN)
