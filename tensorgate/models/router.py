@@ -23,13 +23,7 @@ class ModelRouter:
         """A loaded version for metadata and statistics (ready or not)."""
         entry = self.entry(name)
         if version is not None:
-            found = entry.versions.get(version)
-            if found is None:
-                if version in entry.statuses:
-                    state = entry.statuses[version].state.value
-                    raise Unavailable(f"model '{name}' version {version} is not available ({state})", retry_after_s=1.0)
-                raise NotFound(f"unknown version {version} of model '{name}'")
-            return found
+            return _explicit(entry, name, version)
         ready = entry.ready_versions()
         if ready:
             return ready[-1]
@@ -42,16 +36,19 @@ class ModelRouter:
         """The version that takes this request: the one asked for, or the latest READY one."""
         entry = self.entry(name)
         if version is not None:
-            found = entry.versions.get(version)
-            if found is None:
-                if version in entry.statuses:
-                    raise Unavailable(
-                        f"model '{name}' version {version} is not available ({entry.statuses[version].state.value})",
-                        retry_after_s=1.0,
-                    )
-                raise NotFound(f"unknown version {version} of model '{name}'")
-            return found
+            return _explicit(entry, name, version)
         latest = entry.latest_ready()
         if latest is None:
             raise Unavailable(f"model '{name}' has no ready version", retry_after_s=1.0)
         return latest
+
+
+def _explicit(entry: ModelEntry, name: str, version: int) -> ModelVersion:
+    """A version the client named: loaded, or 503 while it loads or after it failed, or 404."""
+    found = entry.versions.get(version)
+    if found is not None:
+        return found
+    if version in entry.statuses:
+        state = entry.statuses[version].state.value
+        raise Unavailable(f"model '{name}' version {version} is not available ({state})", retry_after_s=1.0)
+    raise NotFound(f"unknown version {version} of model '{name}'")

@@ -1,7 +1,8 @@
 """The README's curl examples, run as written against the bundled example models.
 
 Only the address changes (the test server listens on a free port). ``curl -f`` turns any HTTP error
-into a failed command, so an example that stops working fails here.
+into a failed command, so an example that stops working fails here. Every ```` ```sh ```` block must
+run against the bundled examples; examples that need other models are fenced as ```` ```bash ````.
 """
 
 from __future__ import annotations
