@@ -276,9 +276,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 "model": message.model_name[:128] or "-",
                 "version": message.model_version[:20] or "-",
                 "status": status,
-                "queue_ms": round(timings[0] * 1000, 3),
-                "compute_ms": round(timings[1] * 1000, 3),
-                "total_ms": round((self._clock.now() - started) * 1000, 3),
+                "queue_ms": timings[0] * 1000,
+                "compute_ms": timings[1] * 1000,
+                "total_ms": (self._clock.now() - started) * 1000,
             }
         )
 

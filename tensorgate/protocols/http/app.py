@@ -389,9 +389,9 @@ class HttpApp:
                 "model": call.model,
                 "version": call.version,
                 "status": call.status,
-                "queue_ms": round(call.queue_ms, 3),
-                "compute_ms": round(call.compute_ms, 3),
-                "total_ms": round((self._clock.now() - started) * 1000, 3),
+                "queue_ms": call.queue_ms,
+                "compute_ms": call.compute_ms,
+                "total_ms": (self._clock.now() - started) * 1000,
             }
         )
 
