@@ -98,6 +98,18 @@ class ServerProcess:
                     raise TimeoutError(f"server not ready within {timeout_s:.0f} s; log:\n{self.log()}")
                 time.sleep(0.02)
 
+    def wait_loaded(self, timeout_s: float = 60.0) -> None:
+        """Wait until model loading has finished, ready or not (a repository with failing models
+        never turns ready, but its server still finishes starting)."""
+        deadline = time.monotonic() + timeout_s
+        while not any(
+            str(r.get("message", "")).startswith(("server ready", "server started")) for r in self.log_records()
+        ):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server did not finish loading within {timeout_s:.0f} s; log:\n{self.log()}")
+            time.sleep(0.02)
+
     def _check_alive(self) -> None:
         if self.process is not None and self.process.poll() is not None:
             raise RuntimeError(f"server exited with {self.process.returncode}; log:\n{self.log()}")

@@ -6,7 +6,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -94,11 +93,7 @@ models:
 def server(setup: tuple[Path, Path]) -> Iterator[ServerProcess]:
     _, config = setup
     with ServerProcess("--config", str(config), "--log-level", "info", wait_ready=False) as process:
-        deadline = time.monotonic() + 60
-        while not any("server started" in r.get("message", "") for r in _records(process)):
-            assert process.process is not None and process.process.poll() is None, process.log()
-            assert time.monotonic() < deadline, process.log()
-            time.sleep(0.02)
+        process.wait_loaded()
         yield process
 
 

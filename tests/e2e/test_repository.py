@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -98,11 +97,7 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def server(layout: tuple[Path, Path]) -> Iterator[ServerProcess]:
     root, _ = layout
     with ServerProcess("--model-repository", str(root), "--log-level", "info", wait_ready=False) as process:
-        deadline = time.monotonic() + 60
-        while not any("server started" in r.get("message", "") for r in _log(process)):
-            assert process.process is not None and process.process.poll() is None, process.log()
-            assert time.monotonic() < deadline, process.log()
-            time.sleep(0.02)
+        process.wait_loaded()
         yield process
 
 
