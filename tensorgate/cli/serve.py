@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,9 @@ def _loop_factory() -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Worker processes are fork+exec'd and never touch gRPC, so gRPC's fork handlers (and their
+    # log line on every spawn) have nothing to do. Set before grpc is first imported.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
     from tensorgate.server import Server
 
     try:

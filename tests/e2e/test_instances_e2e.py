@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -115,3 +116,52 @@ def test_without_warm_up_the_first_call_is_slow(tmp_path: Path) -> None:
     with ServerProcess("--model-repository", str(tmp_path)) as server:
         first, steady = _first_and_steady(server)
     assert first >= 1.5 > steady
+
+
+CRASHY_MODEL = """
+import os
+from pathlib import Path
+
+import numpy as np
+
+from tensorgate import PythonModel
+
+
+class Crashy(PythonModel):
+    def load(self, context):
+        # Loads fine the first time; once the marker exists every later start fails.
+        if Path(context.parameters["marker"]).exists():
+            raise RuntimeError("refusing to start")
+
+    def execute(self, inputs):
+        return {"OUTPUT": (inputs["INPUT"] + 1.0).astype(np.float32)}
+"""
+
+
+def test_a_worker_that_cannot_restart_takes_the_model_out_of_readiness(tmp_path: Path) -> None:
+    marker = tmp_path / "broken"
+    repo = tmp_path / "repo"
+    write_python_model(
+        repo,
+        "crashy",
+        code=CRASHY_MODEL,
+        parameters={"marker": str(marker)},
+        instance_group=[{"count": 1, "isolation": "process"}],
+    )
+    with ServerProcess("--model-repository", str(repo)) as server:
+        [worker] = _workers(server)
+        marker.write_text("from now on the model fails to load")
+        os.kill(worker, signal.SIGKILL)
+        # Out of rotation at once; then backoff 0, 0.5, 1, 2, 4 s between failed starts, and it stays down.
+        _wait_until(lambda: httpx.get(f"{server.url}/v2/models/crashy/ready").status_code == 400, timeout_s=10)
+        _wait_until(lambda: "restarts in a row: leaving it down" in server.log(), timeout_s=30)
+        assert len(re.findall(r"restart \d failed", server.log())) == 5, server.log()
+        assert httpx.get(f"{server.url}/v2/health/ready").status_code == 400
+        assert httpx.get(f"{server.url}/v2/health/live").status_code == 200
+        response = httpx.post(f"{server.url}/v2/models/crashy/infer", json=v2_body([[1, 2, 3, 4]]))
+        assert response.status_code == 503
+        assert metric(server.metrics_url, "tensorgate_instance_healthy", model="crashy") == 0
+        # No zombie: the dead workers were reaped.
+        assert server.process is not None
+        children = psutil.Process(server.process.pid).children()
+        assert all(c.status() != psutil.STATUS_ZOMBIE for c in children)
