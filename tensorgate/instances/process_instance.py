@@ -6,7 +6,8 @@ process per device. Tensors cross through shared memory (see ``wire``), never pi
 
 If the worker dies, the batch it was running fails with :class:`InstanceDied` (the scheduler
 retries it once elsewhere), the instance turns unhealthy, and it is restarted with backoff. After
-``CRASH_LOOP_LIMIT`` consecutive failed starts it stays down and the pool reports it unhealthy.
+``CRASH_LOOP_LIMIT`` consecutive failed starts the crash loop is logged and the pool keeps reporting
+it unhealthy (a model with no healthy instance is not ready) while tries go on, at most 30 s apart.
 """
 
 from __future__ import annotations
@@ -236,21 +237,36 @@ class ProcessInstance(Instance):
         self._restart_task = asyncio.get_running_loop().create_task(self._restart())
 
     async def _restart(self) -> None:
+        """Start the worker again, backing off (capped at 30 s) for as long as starts keep failing.
+
+        The instance stays out of rotation meanwhile; after ``CRASH_LOOP_LIMIT`` failures in a row
+        the crash loop is logged once, and the tries go on (backing off to the cap), so a fixed cause (a disk
+        that filled, a device that came back) brings the instance back without a server restart.
+        """
         await self._terminate_quietly()
-        for attempt in range(CRASH_LOOP_LIMIT):
+        attempt = 0
+        while not self._closing:
             await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
             if self._closing:
                 return
+            attempt += 1
             try:
                 await self._spawn()
             except ModelLoadError as exc:
-                log.error("worker %s restart %d failed: %s", self.name, attempt + 1, exc)
+                log.error("worker %s restart %d failed: %s", self.name, attempt, exc)
+                if attempt == CRASH_LOOP_LIMIT:
+                    log.error(
+                        "worker %s failed %d restarts in a row: a crash loop; it stays out of rotation "
+                        "and is retried at most %.0f s apart",
+                        self.name,
+                        CRASH_LOOP_LIMIT,
+                        BACKOFF_S[-1],
+                    )
                 continue
             self._restarts += 1
             if self.on_restart is not None:
                 self.on_restart(self)
             return
-        log.error("worker %s failed %d restarts in a row: leaving it down", self.name, CRASH_LOOP_LIMIT)
 
     async def _terminate_quietly(self) -> None:
         with contextlib.suppress(Exception):
