@@ -55,10 +55,6 @@ class Instance(abc.ABC):
     def healthy(self) -> bool:
         """False while the instance cannot take work (dead, restarting)."""
 
-    @property
-    def restarts(self) -> int:
-        return 0
-
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Unload the model and stop threads or processes. Idempotent."""

@@ -27,9 +27,6 @@ class InstancePool:
                 return True
         return False
 
-    def healthy_count(self) -> int:
-        return sum(1 for i in self.instances if i.healthy)
-
     def acquire(self, avoid: Instance | None = None) -> Instance | None:
         """An idle, healthy instance (round-robin among them), marked busy; None when there is none."""
         count = len(self.instances)

@@ -65,7 +65,6 @@ class ProcessInstance(Instance):
         self._outputs_spec: tuple[TensorSpec, ...] = ()
         self._healthy = False
         self._closing = False
-        self._restarts = 0
         self._watch: asyncio.Task[None] | None = None
         self._restart_task: asyncio.Task[None] | None = None
 
@@ -133,10 +132,6 @@ class ProcessInstance(Instance):
     @property
     def healthy(self) -> bool:
         return self._healthy
-
-    @property
-    def restarts(self) -> int:
-        return self._restarts
 
     def _set_health(self, healthy: bool) -> None:
         if healthy != self._healthy:
@@ -263,7 +258,6 @@ class ProcessInstance(Instance):
                         BACKOFF_S[-1],
                     )
                 continue
-            self._restarts += 1
             if self.on_restart is not None:
                 self.on_restart(self)
             return

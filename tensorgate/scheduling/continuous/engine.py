@@ -142,7 +142,6 @@ class Engine:
         self._task: asyncio.Task[None] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
-        self.steps = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -256,7 +255,6 @@ class Engine:
                 for chunk in plan.chunks:
                     self.abort(chunk.seq_id, InternalError(f"the model failed: {type(exc).__name__}"))
                 continue
-            self.steps += 1
             updates = self.scheduler.update(plan, {k: v.token_id for k, v in sampled.items()})
             now = self._clock.now()
             for update in updates:

@@ -58,7 +58,6 @@ class StepScheduler:
         self._running: list[Sequence] = []
         self._by_id: dict[int, Sequence] = {}
         self._to_free: list[int] = []
-        self._finished_outside_step: list[Sequence] = []
         self.preemptions = 0
 
     # -- queries ---------------------------------------------------------------------------------
