@@ -39,9 +39,6 @@ class ModelEntry:
     statuses: dict[int, VersionStatus] = field(default_factory=dict)
     problem: str = ""
 
-    def ready_versions(self) -> list[ModelVersion]:
-        return sorted((v for v in self.versions.values() if v.ready), key=lambda v: v.version)
-
     def latest_ready(self) -> ModelVersion | None:
         """The highest READY version; a loop rather than a sort, because every request asks."""
         best: ModelVersion | None = None
@@ -160,7 +157,7 @@ class ModelManager:
 
     def all_ready(self) -> bool:
         """Every model that should serve has at least one READY version with a healthy instance."""
-        return all(entry.ready_versions() for entry in self.models.values())
+        return all(entry.latest_ready() is not None for entry in self.models.values())
 
     async def aclose(self, drain_timeout_s: float) -> None:
         versions = [v for entry in self.models.values() for v in entry.versions.values()]

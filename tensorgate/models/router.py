@@ -24,9 +24,9 @@ class ModelRouter:
         entry = self.entry(name)
         if version is not None:
             return _explicit(entry, name, version)
-        ready = entry.ready_versions()
-        if ready:
-            return ready[-1]
+        latest = entry.latest_ready()
+        if latest is not None:
+            return latest
         if entry.versions:
             return entry.versions[max(entry.versions)]
         reason = entry.problem or "; ".join(s.reason for s in entry.statuses.values() if s.reason)

@@ -38,7 +38,7 @@ class InferenceService:
     def model_ready(self, name: str, version: int | None) -> bool:
         entry = self.router.entry(name)
         if version is None:
-            return bool(entry.ready_versions()) and not self.draining
+            return entry.latest_ready() is not None and not self.draining
         if version not in entry.versions and version not in entry.statuses:
             raise NotFound(f"unknown version {version} of model '{name}'")
         found = entry.versions.get(version)

@@ -83,8 +83,7 @@ class GenerationRoutes:
     def _models(self) -> dict[str, Any]:
         data = []
         for name, entry in sorted(self._service.manager.models.items()):
-            ready = entry.ready_versions()
-            if ready and isinstance(ready[-1], TextGenerator):
+            if isinstance(entry.latest_ready(), TextGenerator):
                 data.append({"id": name, "object": "model", "created": 0, "owned_by": "tensorgate"})
         return {"object": "list", "data": data}
 
