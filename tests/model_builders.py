@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,15 @@ def v2_body(values: list[list[float]], **parameters: Any) -> dict[str, Any]:
     if parameters:
         body["parameters"] = parameters
     return body
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    """Poll ``predicate`` until it holds, failing after ``timeout_s`` (never a fixed sleep)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.01)
 
 
 _SCRAPER: httpx.Client | None = None

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from model_builders import metric, v2_body, write_python_model
+from model_builders import metric, v2_body, wait_until, write_python_model
 
 from tensorgate.testing import ServerProcess
 
@@ -21,14 +21,6 @@ def _workers(server: ServerProcess) -> list[int]:
     assert server.process is not None
     children = psutil.Process(server.process.pid).children()
     return [c.pid for c in children if "tensorgate.instances.worker_main" in " ".join(c.cmdline())]
-
-
-def _wait_until(predicate, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        time.sleep(0.02)
 
 
 async def test_killing_a_worker_under_load_loses_no_request(tmp_path: Path) -> None:
@@ -63,7 +55,7 @@ async def test_killing_a_worker_under_load_loses_no_request(tmp_path: Path) -> N
         assert failures == []
         assert done > 50
         await asyncio.to_thread(
-            _wait_until, lambda: metric(server.metrics_url, "tensorgate_instance_restarts_total", model="delay") == 1
+            wait_until, lambda: metric(server.metrics_url, "tensorgate_instance_restarts_total", model="delay") == 1
         )
         replaced = _workers(server)
         assert len(replaced) == 2 and workers[0] not in replaced
@@ -153,8 +145,8 @@ def test_a_crash_looping_worker_takes_the_model_out_of_readiness_until_it_recove
         marker.write_text("from now on the model fails to load")
         os.kill(worker, signal.SIGKILL)
         # Out of rotation at once; then backoff 0, 0.5, 1, 2, 4 s between failed starts, and it stays down.
-        _wait_until(lambda: httpx.get(f"{server.url}/v2/models/crashy/ready").status_code == 400, timeout_s=10)
-        _wait_until(lambda: "restarts in a row: a crash loop" in server.log(), timeout_s=30)
+        wait_until(lambda: httpx.get(f"{server.url}/v2/models/crashy/ready").status_code == 400, timeout_s=10)
+        wait_until(lambda: "restarts in a row: a crash loop" in server.log(), timeout_s=30)
         assert len(re.findall(r"restart \d+ failed", server.log())) == 5, server.log()
         assert httpx.get(f"{server.url}/v2/health/ready").status_code == 400
         assert httpx.get(f"{server.url}/v2/health/live").status_code == 200
@@ -167,5 +159,5 @@ def test_a_crash_looping_worker_takes_the_model_out_of_readiness_until_it_recove
         assert all(c.status() != psutil.STATUS_ZOMBIE for c in children)
         # Once the cause is gone the next try (the backoff has reached 8 s) brings the instance back.
         marker.unlink()
-        _wait_until(lambda: httpx.get(f"{server.url}/v2/models/crashy/ready").status_code == 200, timeout_s=45)
+        wait_until(lambda: httpx.get(f"{server.url}/v2/models/crashy/ready").status_code == 200, timeout_s=45)
         assert httpx.post(f"{server.url}/v2/models/crashy/infer", json=v2_body([[1, 2, 3, 4]])).status_code == 200

@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 import pytest
-from model_builders import metric, v2_body, write_python_model
+from model_builders import metric, v2_body, wait_until, write_python_model
 
 from tensorgate.testing import ServerProcess
-
-
-def _wait_until(predicate, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +41,11 @@ async def _post(client: httpx.AsyncClient, server: ServerProcess, model: str, bo
 
 
 async def test_exact_admission_when_the_queue_is_full(slow_server: ServerProcess) -> None:
-    _wait_until(lambda: _idle(slow_server, "slow"))
+    wait_until(lambda: _idle(slow_server, "slow"))
     async with httpx.AsyncClient(timeout=30.0) as client:
         running = asyncio.ensure_future(_post(client, slow_server, "slow", v2_body([[0, 0, 0, 0]])))
         await asyncio.to_thread(
-            _wait_until, lambda: metric(slow_server.metrics_url, "tensorgate_inflight_requests", model="slow") == 1
+            wait_until, lambda: metric(slow_server.metrics_url, "tensorgate_inflight_requests", model="slow") == 1
         )  # the first request is now executing (one in flight, none queued)
         rejected_before = metric(
             slow_server.metrics_url, "tensorgate_requests_total", model="slow", outcome="queue_full"
@@ -74,7 +65,7 @@ async def test_exact_admission_when_the_queue_is_full(slow_server: ServerProcess
 
 
 async def test_expired_requests_get_504_and_never_run(slow_server: ServerProcess) -> None:
-    _wait_until(lambda: _idle(slow_server, "slow"))
+    wait_until(lambda: _idle(slow_server, "slow"))
     executions = metric(slow_server.metrics_url, "tensorgate_executions_total", model="slow")
     async with httpx.AsyncClient(timeout=30.0) as client:
         blocker = asyncio.ensure_future(_post(client, slow_server, "slow", v2_body([[0, 0, 0, 0]])))
@@ -86,12 +77,12 @@ async def test_expired_requests_get_504_and_never_run(slow_server: ServerProcess
         assert [r.status_code for r in expired] == [504] * 3
         assert "deadline" in expired[0].json()["error"]
         assert (await blocker).status_code == 200
-    _wait_until(lambda: _idle(slow_server, "slow"))
+    wait_until(lambda: _idle(slow_server, "slow"))
     assert metric(slow_server.metrics_url, "tensorgate_executions_total", model="slow") - executions == 1
 
 
 async def test_higher_priority_is_served_first(slow_server: ServerProcess) -> None:
-    _wait_until(lambda: _idle(slow_server, "slow"))
+    wait_until(lambda: _idle(slow_server, "slow"))
     finished: list[str] = []
 
     async def send(client: httpx.AsyncClient, tag: str, priority: int | None) -> None:
@@ -111,7 +102,7 @@ async def test_higher_priority_is_served_first(slow_server: ServerProcess) -> No
 
 
 async def test_a_client_that_disconnects_while_queued_is_removed_and_counted(slow_server: ServerProcess) -> None:
-    _wait_until(lambda: _idle(slow_server, "slow"))
+    wait_until(lambda: _idle(slow_server, "slow"))
     cancelled = metric(slow_server.metrics_url, "tensorgate_requests_total", model="slow", outcome="cancelled")
     executions = metric(slow_server.metrics_url, "tensorgate_executions_total", model="slow")
     async with httpx.AsyncClient(timeout=30.0) as client:
@@ -121,7 +112,7 @@ async def test_a_client_that_disconnects_while_queued_is_removed_and_counted(slo
             with pytest.raises(httpx.ReadTimeout):
                 await _post(impatient, slow_server, "slow", v2_body([[5, 5, 5, 5]]))
         assert (await blocker).status_code == 200
-    _wait_until(lambda: _idle(slow_server, "slow"))
+    wait_until(lambda: _idle(slow_server, "slow"))
     assert (
         metric(slow_server.metrics_url, "tensorgate_requests_total", model="slow", outcome="cancelled") == cancelled + 1
     )
