@@ -72,6 +72,9 @@ class OnnxBackend(Backend):
         threads = spec.config.onnxruntime
         options.intra_op_num_threads = threads.intra_op_threads
         options.inter_op_num_threads = threads.inter_op_threads
+        if not threads.allow_spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         providers = providers_for(spec.device)
         try:
             self._session = ort.InferenceSession(str(spec.artifact), sess_options=options, providers=providers)

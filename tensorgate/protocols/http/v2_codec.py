@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from tensorgate.errors import InvalidInput, NotImplementedFeature
+from tensorgate.protocols.http.json_tensors import MIN_FAST_BYTES, loads_with_arrays
 from tensorgate.protocols.parameters import MAX_INPUTS, priority_and_timeout
 from tensorgate.protocols.tensor_codec import (
     from_json_data,
@@ -118,7 +119,13 @@ def decode_infer(
 ) -> tuple[InferRequest, OutputPrefs]:
     view = memoryview(body)
     json_part = view if header_length is None else view[:header_length]
-    document = loads_object(json_part, limits)
+    document = None
+    if header_length is None and isinstance(body, bytes) and len(body) >= MIN_FAST_BYTES:
+        document = loads_with_arrays(body)
+        if document is not None and _depth_exceeds(document, limits.max_json_depth):
+            document = None  # the general decoder words the error
+    if document is None:
+        document = loads_object(json_part, limits)
     binary = view[header_length:] if header_length is not None else view[len(view) :]
 
     raw_inputs = document.get("inputs")
