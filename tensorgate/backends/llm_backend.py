@@ -147,22 +147,20 @@ class _DecodeBatch:
     mask: torch.Tensor  # (rows, padded length), 1 where a real token is cached
 
 
-class _LeanDecoder:
-    """One decode step (one new token per row) through a Llama-family model's own weights.
+class _LeanForward:
+    """A forward pass through a Llama-family model's own weights, for decode steps and prefill chunks.
 
     The same math as the model's forward with fewer, larger tensor operations: for a small model
-    the per-operation cost is most of a decode step (profiled: HF's forward spent ~4 ms of Python
-    per call on this host, and even the module-by-module version spent a quarter of a step in
-    ``scaled_dot_product_attention``'s set-up for one query per row). Here:
+    the per-operation cost is most of a step (profiled: HF's forward spent ~4 ms of Python per call
+    on this host, and a module-by-module decode still spent a quarter of a step setting up
+    ``scaled_dot_product_attention`` for one query per row). Here:
 
     - q, k and v come out of one matmul, gate and up out of another: the model's projection
       weights are re-pointed at views of one fused tensor, so nothing is stored twice and the
-      model's own forward (used for prefill) reads the very same memory;
+      model's own forward reads the very same memory;
     - attention is two batched matmuls and a softmax, with the query heads that share a key/value
       head stacked as rows of one matrix (grouped-query attention without copying keys);
-    - the padding mask becomes an additive bias once per step, not once per layer.
-
-    Prefill keeps the model's own forward.
+    - the mask (padding, causality) becomes one additive bias per call, shared by every layer.
     """
 
     def __init__(self, model: Any) -> None:
@@ -183,20 +181,47 @@ class _LeanDecoder:
         rotate[:half, half:] = torch.eye(half)
         self._rotate = rotate
 
-    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Cache) -> torch.Tensor:
-        rows = ids.shape[0]
-        hidden = F.embedding(ids[:, 0], self._embed)  # (rows, hidden)
-        cos, sin = self._rotary(hidden, positions)  # (rows, 1, head_dim): broadcast over heads
-        # (rows * kv_heads, 1, keys): 0 where a real token is cached, -inf over padding
-        bias = torch.zeros(mask.shape, dtype=hidden.dtype, device=hidden.device).masked_fill_(mask == 0, -math.inf)
-        bias = bias[:, None, :].expand(rows, self._kv_heads, -1).reshape(rows * self._kv_heads, 1, -1)
+    @property
+    def num_layers(self) -> int:
+        return len(self._layers)
+
+    def __call__(
+        self, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor, cache: Cache
+    ) -> torch.Tensor:
+        """Logits after each row's last token.
+
+        ``ids`` and ``positions`` are (rows, T): T new tokens per row, left-padded; ``key_mask`` is
+        (rows, cached + T), true where a real token is (or is about to be) cached.
+        """
+        count = ids.shape[1]
+        hidden = F.embedding(ids, self._embed)  # (rows, T, hidden)
+        cos, sin = self._rotary(hidden, positions)  # (rows, T, head_dim)
+        bias = self._bias(key_mask.bool(), count, hidden.dtype)
         for layer, cached in zip(self._layers, cache.layers, strict=True):
-            hidden = layer(hidden, cos, sin, self._rotate, bias, cached)
-        return F.linear(self._norm(hidden), self._head)
+            hidden = layer(hidden, cos[:, :, None], sin[:, :, None], self._rotate, bias, cached)
+        return F.linear(self._norm(hidden[:, -1]), self._head)
+
+    def _bias(self, key_mask: torch.Tensor, count: int, dtype: torch.dtype) -> torch.Tensor:
+        """(rows * kv_heads, groups * T, keys): 0 where a query may look, -inf elsewhere."""
+        rows, keys = key_mask.shape
+        cached = keys - count
+        allowed = key_mask[:, None, :]
+        if count > 1:
+            causal = torch.ones((count, keys), dtype=torch.bool, device=key_mask.device).tril(cached)
+            allowed = allowed & causal
+            # A padding query sees only itself: a row of -inf would give NaN, and NaN keys and
+            # values at padded positions would reach real queries through 0 * NaN.
+            itself = torch.zeros((count, keys), dtype=torch.bool, device=key_mask.device)
+            itself[:, cached:] = torch.eye(count, dtype=torch.bool, device=key_mask.device)
+            allowed = allowed | itself
+        bias = torch.zeros(allowed.shape, dtype=dtype, device=key_mask.device).masked_fill_(~allowed, -math.inf)
+        groups = self._heads // self._kv_heads
+        grouped = bias[:, None, None].expand(rows, self._kv_heads, groups, count, keys)
+        return grouped.reshape(rows * self._kv_heads, groups * count, keys)
 
 
 class _LeanLayer:
-    """One decoder layer's decode step over fused weights (see ``_LeanDecoder``)."""
+    """One decoder layer over fused weights (see ``_LeanForward``)."""
 
     def __init__(self, layer: Any, heads: int, kv_heads: int, head_dim: int) -> None:
         attn, mlp = layer.self_attn, layer.mlp
@@ -220,17 +245,21 @@ class _LeanLayer:
         bias: torch.Tensor,
         cached: Any,
     ) -> torch.Tensor:
-        rows, heads, kv_heads, dim = hidden.shape[0], self._heads, self._kv_heads, self._head_dim
-        qkv = F.linear(self._attn_norm(hidden), self._qkv)
-        qk = qkv[:, : (heads + kv_heads) * dim].view(rows, heads + kv_heads, dim)
+        rows, count = hidden.shape[0], hidden.shape[1]
+        heads, kv_heads, dim = self._heads, self._kv_heads, self._head_dim
+        groups = heads // kv_heads
+        qkv = F.linear(self._attn_norm(hidden), self._qkv)  # (rows, T, (heads + 2 kv_heads) * dim)
+        qk = qkv[..., : (heads + kv_heads) * dim].view(rows, count, heads + kv_heads, dim)
         qk = qk * cos + torch.matmul(qk, rotate) * sin
-        v = qkv[:, (heads + kv_heads) * dim :].view(rows, kv_heads, 1, dim)
-        keys, values = cached.update(qk[:, heads:, None], v)  # (rows, kv_heads, length, dim)
+        v = qkv[..., (heads + kv_heads) * dim :].view(rows, count, kv_heads, dim)
+        keys, values = cached.update(qk[:, :, heads:].transpose(1, 2), v.transpose(1, 2))  # (rows, kv, keys, dim)
         length = keys.shape[2]
-        q = qk[:, :heads].reshape(rows * kv_heads, heads // kv_heads, dim)
+        q = qk[:, :, :heads].reshape(rows, count, kv_heads, groups, dim).permute(0, 2, 3, 1, 4)
+        q = q.reshape(rows * kv_heads, groups * count, dim)
         scores = torch.baddbmm(bias, q, keys.reshape(rows * kv_heads, length, dim).transpose(1, 2), alpha=self._scaling)
         out = torch.bmm(torch.softmax(scores, dim=-1), values.reshape(rows * kv_heads, length, dim))
-        hidden = hidden + F.linear(out.view(rows, heads * dim), self._out)
+        out = out.view(rows, kv_heads, groups, count, dim).permute(0, 3, 1, 2, 4).reshape(rows, count, heads * dim)
+        hidden = hidden + F.linear(out, self._out)
         gate, up = F.linear(self._mlp_norm(hidden), self._gate_up).split(self._intermediate, dim=-1)
         return hidden + F.linear(self._act(gate) * up, self._down)
 
@@ -247,8 +276,8 @@ def _fuse(*linears: Any) -> torch.Tensor:
     return fused
 
 
-def _lean_decoder(model: Any) -> _LeanDecoder | None:
-    """The lean decode step for plain Llama models (eval mode, no biases); None for anything else."""
+def _lean_forward(model: Any) -> _LeanForward | None:
+    """The lean forward for plain Llama models (eval mode, no biases); None for anything else."""
     config = model.config
     plain = (
         config.model_type == "llama"
@@ -257,7 +286,7 @@ def _lean_decoder(model: Any) -> _LeanDecoder | None:
         and getattr(config, "pretraining_tp", 1) == 1
         and not model.training
     )
-    return _LeanDecoder(model) if plain else None
+    return _LeanForward(model) if plain else None
 
 
 def _layers(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -278,7 +307,7 @@ class CausalLMRunner:
         self.max_position_embeddings = 2048
         self.kv_bytes_per_token = 0
         self._threads = 0
-        self._lean: _LeanDecoder | None = None
+        self._lean: _LeanForward | None = None
         self._solo: dict[int, DynamicCache] = {}
         self._batch: _DecodeBatch | None = None
         self._generators: dict[int, torch.Generator] = {}
@@ -303,7 +332,7 @@ class CausalLMRunner:
             raise ModelLoadError(f"cannot load the language model: {type(exc).__name__}: {exc}") from exc
         self.model = model.to(self.device).eval()
         self.codec = TextCodec(tokenizer)
-        self._lean = _lean_decoder(self.model)
+        self._lean = _lean_forward(self.model)
         text = config.get_text_config(decoder=True)
         layers = int(text.num_hidden_layers)
         heads = int(text.num_attention_heads)
@@ -351,7 +380,8 @@ class CausalLMRunner:
                 if chunk.sample:
                     logits.append(out)
                     sampled_chunks.append(chunk)
-            prefills = [c for c in prefills if c not in fresh]
+            batched = {c.seq_id for c in fresh}
+            prefills = [c for c in prefills if c.seq_id not in batched]
         for chunk in prefills:
             out = self._prefill(chunk)
             if chunk.sample:
@@ -367,20 +397,34 @@ class CausalLMRunner:
             return {}
         return self._sample(torch.stack(logits).float(), sampled_chunks)
 
+    def _new_cache(self) -> Cache:
+        if self._lean is None:
+            return DynamicCache()
+        return Cache(layers=[DynamicLayer() for _ in range(self._lean.num_layers)])
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Cache) -> torch.Tensor:
+        """Logits after each row's last token; ``mask`` covers the cached tokens and the new ones."""
+        if self._lean is not None:
+            return self._lean(ids, positions, mask, cache)
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+        )
+        return out.logits[:, -1]
+
     def _prefill(self, chunk: ScheduledChunk) -> torch.Tensor:
         cache = self._solo.get(chunk.seq_id)
         if cache is None:
             if chunk.start != 0:
                 raise RuntimeError(f"sequence {chunk.seq_id} has no cache to continue at {chunk.start}")
-            cache = DynamicCache()
+            cache = self._new_cache()
             self._solo[chunk.seq_id] = cache
         elif cache.get_seq_length() != chunk.start:
             raise RuntimeError(f"sequence {chunk.seq_id} cache holds {cache.get_seq_length()}, not {chunk.start}")
         count = len(chunk.token_ids)
         ids = torch.tensor([chunk.token_ids], dtype=torch.long, device=self.device)
         positions = torch.arange(chunk.start, chunk.start + count, device=self.device).unsqueeze(0)
-        out = self.model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[0, -1]
+        mask = torch.ones((1, chunk.start + count), dtype=torch.long, device=self.device)
+        return self._forward(ids, positions, mask, cache)[0]
 
     def _prefill_fresh(self, chunks: list[ScheduledChunk]) -> list[torch.Tensor]:
         """First chunks of several prompts in one left-padded forward; each keeps its own cache after."""
@@ -389,21 +433,19 @@ class CausalLMRunner:
         ids = [[0] * p + list(c.token_ids) for p, c in zip(pads, chunks, strict=True)]
         mask = [[0] * p + [1] * len(c.token_ids) for p, c in zip(pads, chunks, strict=True)]
         positions = [[0] * p + list(range(len(c.token_ids))) for p, c in zip(pads, chunks, strict=True)]
-        cache = DynamicCache()
-        out = self.model(
-            input_ids=torch.tensor(ids, dtype=torch.long, device=self.device),
-            attention_mask=torch.tensor(mask, dtype=torch.long, device=self.device),
-            position_ids=torch.tensor(positions, dtype=torch.long, device=self.device),
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
+        cache = self._new_cache()
+        logits = self._forward(
+            torch.tensor(ids, dtype=torch.long, device=self.device),
+            torch.tensor(positions, dtype=torch.long, device=self.device),
+            torch.tensor(mask, dtype=torch.long, device=self.device),
+            cache,
         )
         kv = _layers(cache)
         for row, (pad, chunk) in enumerate(zip(pads, chunks, strict=True)):
             self._solo[chunk.seq_id] = _cache_of(
                 [(k[row : row + 1, :, pad:], v[row : row + 1, :, pad:]) for k, v in kv]
             )
-        return [out.logits[row, -1] for row in range(len(chunks))]
+        return [logits[row] for row in range(len(chunks))]
 
     def _reshape_batch(self, freed: set[int], decoding: set[int]) -> None:
         """Make the decode batch hold the sequences decoding this step.
@@ -422,7 +464,8 @@ class CausalLMRunner:
                 batch.rows[i] = None
             live = [i for i, s in enumerate(batch.rows) if s is not None]
             dead = len(batch.rows) - len(live)
-            joining = any(s not in batch.rows for s in decoding)
+            present = set(batch.rows)
+            joining = any(s not in present for s in decoding)
             if not live:
                 self._batch = None
             elif dead and (joining or dead * 4 >= len(batch.rows)):
@@ -476,13 +519,7 @@ class CausalLMRunner:
         batch.mask = torch.cat([batch.mask, ones], dim=1)
         ids_t = torch.tensor(ids, dtype=torch.long, device=self.device)
         positions_t = torch.tensor(positions, dtype=torch.long, device=self.device)
-        if self._lean is not None:
-            logits = self._lean(ids_t, positions_t, batch.mask, batch.cache)
-        else:
-            out = self.model(
-                input_ids=ids_t, attention_mask=batch.mask, position_ids=positions_t, cache=batch.cache, use_cache=True
-            )
-            logits = out.logits[:, -1]
+        logits = self._forward(ids_t, positions_t, batch.mask, batch.cache)
         return {seq_id: logits[i] for i, seq_id in enumerate(batch.rows) if seq_id is not None}
 
     # -- sampling --------------------------------------------------------------------------------

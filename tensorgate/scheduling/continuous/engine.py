@@ -232,33 +232,52 @@ class Engine:
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
+        # Tokens of the previous step, delivered to their streams while the next step computes:
+        # the streams' bookkeeping (detokenizing, metrics, waking callers) then costs the model
+        # thread nothing. Only the scheduler's own update stays between two steps.
+        delivering: list[tuple[SeqUpdate, Sampled]] = []
+        produced_at = 0.0
         while not self._closed:
             if not self.scheduler.has_work():
+                self._deliver_all(delivering, produced_at)
+                delivering = []
                 self._publish()
                 self._quiet.set()
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             plan, ended = self.scheduler.schedule(self._clock.now())
+            if ended:  # a sequence's last token goes out before its end does
+                self._deliver_all(delivering, produced_at)
+                delivering = []
             for seq in ended:
                 self._end(seq)
             if plan.preempted and self._metrics is not None:
                 self._metrics.preemptions.inc(len(plan.preempted))
             self._publish()
             if plan.empty:
+                self._deliver_all(delivering, produced_at)
+                delivering = []
                 await self._idle()
                 continue
+            step = loop.run_in_executor(self._executor, self._runner.run_step, plan)
+            self._deliver_all(delivering, produced_at)
+            delivering = []
             try:
-                sampled = await loop.run_in_executor(self._executor, self._runner.run_step, plan)
+                sampled = await step
             except Exception as exc:  # the model raised: fail this step's sequences, keep serving
                 log.exception("a generation step failed")
                 for chunk in plan.chunks:
                     self.abort(chunk.seq_id, InternalError(f"the model failed: {type(exc).__name__}"))
                 continue
+            produced_at = self._clock.now()
             updates = self.scheduler.update(plan, {k: v.token_id for k, v in sampled.items()})
-            now = self._clock.now()
-            for update in updates:
-                self._deliver(update, sampled[update.seq.seq_id], now)
+            delivering = [(update, sampled[update.seq.seq_id]) for update in updates]
+
+    def _deliver_all(self, delivering: list[tuple[SeqUpdate, Sampled]], now: float) -> None:
+        delivered = sum(self._deliver(update, sampled, now) for update, sampled in delivering)
+        if delivered and self._metrics is not None:
+            self._metrics.generated_tokens.inc(delivered)
 
     async def _idle(self) -> None:
         """Nothing can run now (waiting sequences that do not fit): wait for a change or a deadline."""
@@ -287,23 +306,22 @@ class Engine:
         else:
             stream._queue.put_nowait(TokenEvent(None, "", finish_reason=seq.finish_reason, count=0))
 
-    def _deliver(self, update: SeqUpdate, sampled: Sampled, now: float) -> None:
+    def _deliver(self, update: SeqUpdate, sampled: Sampled, now: float) -> bool:
+        """Hand one token to its stream; False when the stream is gone (cancelled meanwhile)."""
         stream = self._streams.get(update.seq.seq_id)
         if stream is None:
-            return
+            return False
         m = self._metrics
         if stream.first_token_at is None:
             stream.first_token_at = now
             if m is not None:
                 m.ttft.observe(now - stream.arrival)
-        if m is not None:
-            m.generated_tokens.inc()
         stream.output_ids.append(sampled.token_id)
         finish = update.seq.finish_reason if update.finished else None
         if not stream.incremental and finish is None:
             if update.seq.params.logprobs is not None:  # the caller collects per-token log-probabilities
                 stream._queue.put_nowait(TokenEvent(sampled.token_id, "", sampled.logprob, sampled.top))
-            return  # otherwise nobody needs waking before the end
+            return True  # otherwise nobody needs waking before the end
         text = self._detok.decode(stream.output_ids)
         if stream.stop:
             found = _find_stop(text, stream.stop, len(stream.text))
@@ -325,6 +343,7 @@ class Engine:
                 m.e2e.observe(now - stream.arrival)
                 if len(stream.output_ids) > 1 and stream.first_token_at is not None:
                     m.tpot.observe((now - stream.first_token_at) / (len(stream.output_ids) - 1))
+        return True
 
 
 def _find_stop(text: str, stops: tuple[str, ...], previous: int) -> int | None:

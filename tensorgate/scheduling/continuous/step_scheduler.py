@@ -19,6 +19,7 @@ import operator
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tensorgate.backends.llm_step import ScheduledChunk, StepPlan
 from tensorgate.errors import InvalidInput, QueueFull
@@ -40,8 +41,7 @@ class SchedulerSettings:
     eos_token_id: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SeqUpdate:
+class SeqUpdate(NamedTuple):
     """What one step did to one sequence: a new token, and whether it is finished."""
 
     seq: Sequence
