@@ -262,29 +262,38 @@ def flask_baseline(work: Path, model: bytes, body: bytes, seconds: float) -> Res
 
 def decode_section(lines: list[str]) -> None:
     image = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
-    body = json.dumps(
-        {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 224, 224], "data": image.tolist()}]}
-    ).encode()
+
+    def body(data: object) -> bytes:
+        document = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 224, 224], "data": data}]}
+        return json.dumps(document).encode()
+
+    flat, nested = body(image.ravel().tolist()), body(image.tolist())
     limits = DecodeLimits()
 
     def stdlib() -> object:
-        doc = json.loads(body)
+        doc = json.loads(flat)
         return np.asarray(doc["inputs"][0]["data"], dtype=np.float32)
 
-    def ours() -> object:
-        return decode_infer(body, None, "m", None, limits)
-
     base = in_process(stdlib, 3.0, "stdlib json + numpy.asarray")
-    fast = in_process(ours, 3.0, "tensorgate decode_infer (orjson + one numpy.array)")
+    general = in_process(
+        lambda: decode_infer(nested, None, "m", None, limits),
+        3.0,
+        "tensorgate decode_infer, nested data (general path: orjson + one numpy.array)",
+    )
+    fast = in_process(
+        lambda: decode_infer(flat, None, "m", None, limits),
+        3.0,
+        "tensorgate decode_infer, flat data (simdjson straight into numpy)",
+    )
     lines += [
-        f"### Decoding an image-sized V2 JSON body (1x3x224x224 FP32, nested, {len(body) / 1e6:.1f} MB)",
+        f"### Decoding an image-sized V2 JSON body (1x3x224x224 FP32, {len(flat) / 1e6:.1f} MB)",
         "",
-        "| decoder | P50 ms |",
-        "|---|---:|",
-        f"| {base.label} | {base.p50_ms:.1f} |",
-        f"| {fast.label} | {fast.p50_ms:.1f} |",
+        "| decoder | P50 ms | vs stdlib |",
+        "|---|---:|---:|",
+        *[f"| {r.label} | {r.p50_ms:.1f} | {base.p50_ms / r.p50_ms:.1f}x |" for r in (base, general, fast)],
         "",
-        f"- Ours is **{base.p50_ms / fast.p50_ms:.1f}x** faster.",
+        "Flat data (what tritonclient and `tensorgate bench` send) takes the simdjson path; nested data, "
+        "and anything the fast path is not certain of, takes the general one.",
         "",
     ]
 
