@@ -15,7 +15,7 @@ from tensorgate.backends.base import Device
 from tensorgate.backends.llm_backend import CausalLMRunner
 from tensorgate.backends.llm_step import Sampled, SamplingParams, StepPlan
 from tensorgate.clock import MonotonicClock
-from tensorgate.errors import InvalidInput
+from tensorgate.errors import InternalError, InvalidInput
 from tensorgate.scheduling.continuous.engine import Engine, GenerationStream, collect
 from tensorgate.scheduling.continuous.kv_budget import KVBudget
 from tensorgate.scheduling.continuous.sequence import FinishReason
@@ -255,3 +255,45 @@ async def test_drain_waits_for_running_sequences(make_engine) -> None:  # type: 
     async with asyncio.timeout(30):
         await engine.drain(30)
     assert stream.finish_reason is FinishReason.LENGTH and len(stream.output_ids) == 30
+
+
+class FailsOnce:
+    """The real runner, except that its first step with work raises."""
+
+    def __init__(self, inner: CausalLMRunner) -> None:
+        self.inner = inner
+        self.failed = False
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def run_step(self, plan: StepPlan) -> dict[int, Sampled]:
+        if plan.chunks and not self.failed:
+            self.failed = True
+            raise RuntimeError("injected by the test")
+        return self.inner.run_step(plan)
+
+
+async def test_a_failing_step_fails_its_sequences_and_the_engine_keeps_serving(runner: CausalLMRunner) -> None:
+    assert runner.codec is not None
+    scheduler = StepScheduler(
+        SchedulerSettings(4, 64, max_model_len=512, eos_token_id=runner.codec.eos_token_id),
+        KVBudget(4096 * runner.kv_bytes_per_token, runner.kv_bytes_per_token, 16),
+    )
+    failing = FailsOnce(runner)
+    engine = Engine(failing, scheduler, runner.codec, MonotonicClock())
+    await engine.start()
+    try:
+        doomed = engine.submit([9, 10, 11], SamplingParams(max_tokens=4, ignore_eos=True))
+        with pytest.raises(InternalError, match="the model failed: RuntimeError"):
+            await asyncio.wait_for(collect(doomed), 30)
+        assert failing.failed
+        fine = engine.submit([9, 10, 11], SamplingParams(max_tokens=4, ignore_eos=True))
+        events = await asyncio.wait_for(collect(fine), 30)
+        assert events[-1].finish_reason is FinishReason.LENGTH
+        assert len(fine.output_ids) == 4
+        await engine.drain(30)
+        assert not scheduler.has_work()
+        assert scheduler.kv.used_blocks == 0
+    finally:
+        await engine.aclose()

@@ -106,6 +106,27 @@ async def test_requests_accumulate_while_busy_and_split_back_exactly() -> None:
     assert [len(b) for b in instance.batches] == [1, 5]
 
 
+async def test_the_next_batch_starts_before_the_finished_batch_wakes_its_callers() -> None:
+    """A free instance must not wait behind response encoding: when a batch ends, the queued batch
+    reaches the instance before the finished batch's callers resume."""
+    instance = GatedInstance("a")
+    scheduler = make(instance, delay_s=0.0)
+
+    async def first_caller() -> int:
+        await submit(scheduler, 0.0)
+        return len(instance.batches)  # batches the instance had started when this caller resumed
+
+    first = asyncio.ensure_future(first_caller())
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    rest = [asyncio.ensure_future(submit(scheduler, float(v))) for v in range(1, 4)]
+    await asyncio.sleep(0)  # let every submit reach the queue
+    instance.gate.set()
+    started_when_resumed = await asyncio.wait_for(first, 5.0)
+    await asyncio.wait_for(asyncio.gather(*rest), 5.0)
+    assert started_when_resumed == 2
+    assert [len(b) for b in instance.batches] == [1, 3]
+
+
 async def test_a_full_queue_rejects_at_once() -> None:
     instance = GatedInstance("a")
     scheduler = make(instance, batching=False, queue=QueueSettings(max_queue_size=2))

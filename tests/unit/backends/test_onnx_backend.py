@@ -86,3 +86,20 @@ def test_one_session_per_backend(tmp_path: Path) -> None:
     x = np.ones((1, 2), dtype=np.float32)
     np.testing.assert_array_equal(first.execute({"x": x})["y"], second.execute({"x": x})["y"])
     onnx.checker.check_model(str(path))
+
+
+@pytest.mark.parametrize("spinning", [True, False])
+def test_thread_options_reach_the_session(tmp_path: Path, spinning: bool) -> None:
+    path = _write(tmp_path / "model.onnx", TensorProto.FLOAT, ["batch", 2])
+    config = ModelConfig.model_validate({"onnxruntime": {"intra_op_threads": 1, "allow_spinning": spinning}})
+    backend = OnnxBackend()
+    backend.load(LoadSpec("m", 1, path, path.parent, config, Device()))
+    session = backend._session
+    assert session is not None
+    options = session.get_session_options()
+    assert options.intra_op_num_threads == 1
+    if not spinning:  # spinning is onnxruntime's default: the entry is only written to turn it off
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    x = np.ones((2, 2), dtype=np.float32)
+    np.testing.assert_array_equal(backend.execute({"x": x})["y"], x)
+    backend.close()
