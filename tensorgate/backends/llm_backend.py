@@ -171,7 +171,7 @@ class _LeanForward:
         self._head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self._heads)
         self._embed = inner.embed_tokens.weight
         self._rotary = inner.rotary_emb
-        self._norm = inner.norm
+        self._norm = _RMSNorm(inner.norm)
         self._head = model.lm_head.weight
         self._layers = [_LeanLayer(layer, self._heads, self._kv_heads, self._head_dim) for layer in inner.layers]
         half = self._head_dim // 2
@@ -230,8 +230,8 @@ class _LeanLayer:
         self._out = attn.o_proj.weight
         self._down = mlp.down_proj.weight
         self._act = mlp.act_fn
-        self._attn_norm = layer.input_layernorm
-        self._mlp_norm = layer.post_attention_layernorm
+        self._attn_norm = _RMSNorm(layer.input_layernorm)
+        self._mlp_norm = _RMSNorm(layer.post_attention_layernorm)
         self._scaling = float(attn.scaling)
         self._heads, self._kv_heads, self._head_dim = heads, kv_heads, head_dim
         self._intermediate = int(mlp.gate_proj.weight.shape[0])
@@ -262,6 +262,21 @@ class _LeanLayer:
         hidden = hidden + F.linear(out, self._out)
         gate, up = F.linear(self._mlp_norm(hidden), self._gate_up).split(self._intermediate, dim=-1)
         return hidden + F.linear(self._act(gate) * up, self._down)
+
+
+class _RMSNorm:
+    """A Llama RMSNorm module's weights as one fused ``torch.rms_norm`` call (the module makes seven
+    tensor operations of it, in float32 as this does)."""
+
+    def __init__(self, norm: Any) -> None:
+        self._weight = norm.weight
+        self._eps = float(norm.variance_epsilon)
+        self._shape = (int(norm.weight.shape[0]),)
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        if hidden.dtype != torch.float32:  # as the module: normalize in float32, cast back, then scale
+            return self._weight * F.rms_norm(hidden.float(), self._shape, None, self._eps).to(hidden.dtype)
+        return F.rms_norm(hidden, self._shape, self._weight, self._eps)
 
 
 def _fuse(*linears: Any) -> torch.Tensor:
