@@ -19,7 +19,7 @@ import contextlib
 import itertools
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -239,21 +239,19 @@ class Engine:
     # -- the driver (engine thread) ----------------------------------------------------------------
 
     def _drive(self, started: asyncio.Future[None]) -> None:
-        loop = self._loop
-        assert loop is not None
         try:
             self._runner.reset()  # on this thread: per-thread settings (torch threads) land here
         except BaseException as exc:
-            loop.call_soon_threadsafe(_resolve, started, exc)
+            self._post(_resolve, started, exc)
             return
-        loop.call_soon_threadsafe(_resolve, started, None)
+        self._post(_resolve, started, None)
         while True:
             with self._work:
                 plan, ended = self._next_plan()
                 if plan is None:
                     return
             if ended:
-                loop.call_soon_threadsafe(self._end_all, ended)
+                self._post(self._end_all, ended)
             try:
                 sampled = self._runner.run_step(plan)
             except Exception as exc:  # the model raised: fail this step's sequences, keep serving
@@ -263,14 +261,20 @@ class Engine:
                     for seq_id in failed:
                         self.scheduler.finish(seq_id, FinishReason.ERROR)
                 error = InternalError(f"the model failed: {type(exc).__name__}")
-                loop.call_soon_threadsafe(self._abort_all, failed, error)
+                self._post(self._abort_all, failed, error)
                 continue
             produced_at = self._clock.now()
             with self._lock:
                 updates = self.scheduler.update(plan, {k: v.token_id for k, v in sampled.items()})
             if updates:
                 delivering = [(update, sampled[update.seq.seq_id]) for update in updates]
-                loop.call_soon_threadsafe(self._deliver_all, delivering, produced_at)
+                self._post(self._deliver_all, delivering, produced_at)
+
+    def _post(self, callback: Callable[..., None], *args: object) -> None:
+        """Run ``callback`` on the event loop; dropped if the loop has closed (nobody is waiting)."""
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(callback, *args)
 
     def _next_plan(self) -> tuple[StepPlan | None, list[Sequence]]:
         """The next step to run, waiting (lock held, released while waiting) until there is one.
@@ -281,8 +285,7 @@ class Engine:
         while not self._closed:
             if not self.scheduler.has_work():
                 self._publish()
-                assert self._loop is not None
-                self._loop.call_soon_threadsafe(self._mark_quiet)
+                self._post(self._mark_quiet)
                 self._work.wait()
                 continue
             plan, gone = self.scheduler.schedule(self._clock.now())
