@@ -1,8 +1,8 @@
 """The access log: one line per request, cheap enough to leave on at thousands of requests per second.
 
 The ``logging`` module costs tens of microseconds a record (record objects, handler locks, a write
-per line); at 8k requests/s on two cores that is a tenth of the server. Access lines are instead
-formatted with orjson into a buffer on the event loop and written in one call per flush interval.
+per line); at 8k requests/s on two cores that is a tenth of the server. Access records are instead
+queued as they come and formatted with orjson in one loop per flush interval, written in one call.
 """
 
 from __future__ import annotations
@@ -15,17 +15,23 @@ from typing import IO, Any
 import orjson
 
 FLUSH_INTERVAL_S = 0.05
-FLUSH_BYTES = 64 * 1024
+FLUSH_RECORDS = 256  # about 64 KiB of JSON lines
 _CONSTANT = b'","level":"info","logger":"tensorgate.access",'
 
 
 class AccessLog:
+    """Records are kept as they come (a timestamp and the caller's dict) and formatted at flush.
+
+    Formatting a few hundred lines in one loop costs less than formatting each in the middle of
+    its request: measured on a saturated server, the per-request formatting made the access log
+    ~5 % of the server's CPU per request, several times what the same code costs in a tight loop.
+    """
+
     def __init__(self, stream: IO[bytes] | None = None, *, fmt: str = "json", enabled: bool = True) -> None:
         self._stream = stream if stream is not None else sys.stderr.buffer
         self._json = fmt == "json"
         self.enabled = enabled
-        self._buffer: list[bytes] = []
-        self._size = 0
+        self._pending: list[tuple[float, dict[str, Any]]] = []
         self._scheduled: asyncio.TimerHandle | None = None
         self._second = -1
         self._second_text = ""
@@ -39,22 +45,12 @@ class AccessLog:
         return f"{self._second_text}.{int((now - second) * 1000):03d}Z"
 
     def record(self, fields: dict[str, Any]) -> None:
-        """Queue one line; called on the event loop."""
+        """Queue one line; called on the event loop. ``fields`` must not change afterwards."""
         if not self.enabled:
             return
-        now = time.time()  # a wall-clock timestamp for the log line, not a duration
-        stamp = self._timestamp(now)
-        if self._json:
-            # The constant part of every line is written as bytes, not merged into the dict.
-            line = b"".join((b'{"ts":"', stamp.encode(), _CONSTANT, orjson.dumps(fields)[1:], b"\n"))
-        else:
-            line = (
-                f"{stamp} ACCESS  {fields.get('method', '')} {fields.get('path', '')} {fields.get('status', '')} "
-                f"{fields.get('total_ms', 0)} ms request_id={fields.get('request_id', '')}\n"
-            ).encode()
-        self._buffer.append(line)
-        self._size += len(line)
-        if self._size >= FLUSH_BYTES:
+        # A wall-clock timestamp for the log line, not a duration.
+        self._pending.append((time.time(), fields))
+        if len(self._pending) >= FLUSH_RECORDS:
             self.flush()
         elif self._scheduled is None:
             try:
@@ -62,15 +58,24 @@ class AccessLog:
             except RuntimeError:  # no running loop (a test calling directly): write at once
                 self.flush()
 
+    def _line(self, now: float, fields: dict[str, Any]) -> bytes:
+        stamp = self._timestamp(now)
+        if self._json:
+            # The constant part of every line is written as bytes, not merged into the dict.
+            return b"".join((b'{"ts":"', stamp.encode(), _CONSTANT, orjson.dumps(fields)[1:], b"\n"))
+        return (
+            f"{stamp} ACCESS  {fields.get('method', '')} {fields.get('path', '')} {fields.get('status', '')} "
+            f"{fields.get('total_ms', 0)} ms request_id={fields.get('request_id', '')}\n"
+        ).encode()
+
     def flush(self) -> None:
         if self._scheduled is not None:
             self._scheduled.cancel()
             self._scheduled = None
-        if not self._buffer:
+        if not self._pending:
             return
-        data = b"".join(self._buffer)
-        self._buffer.clear()
-        self._size = 0
+        pending, self._pending = self._pending, []
+        data = b"".join([self._line(now, fields) for now, fields in pending])
         try:
             self._stream.write(data)
             self._stream.flush()
