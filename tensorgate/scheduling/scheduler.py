@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from tensorgate.clock import Clock
 from tensorgate.errors import (
@@ -35,6 +36,8 @@ from tensorgate.scheduling.pending import Pending
 from tensorgate.scheduling.request_queue import RequestQueue
 from tensorgate.scheduling.tensors import merge_inputs, split_outputs
 from tensorgate.types import Array, InferRequest, InferResponse
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +68,8 @@ class VersionStats:
     batch_stats: dict[int, list[int]] = field(default_factory=dict)  # rows -> [count, compute_ns]
 
 
-def settle(future: asyncio.Future[InferResponse] | None, result: InferResponse | BaseException) -> None:
-    """Resolve a request's future once; a future already done or cancelled is left alone."""
+def settle(future: asyncio.Future[T] | None, result: T | BaseException) -> None:
+    """Resolve a future once; a future already done or cancelled is left alone."""
     if future is None or future.done():
         return
     if isinstance(result, BaseException):

@@ -30,6 +30,7 @@ from tensorgate.errors import DeadlineExceeded, InternalError, Unavailable
 from tensorgate.observability.generation_metrics import VersionGenerationMetrics
 from tensorgate.scheduling.continuous.sequence import FinishReason, Sequence
 from tensorgate.scheduling.continuous.step_scheduler import SeqUpdate, StepScheduler
+from tensorgate.scheduling.scheduler import settle
 
 log = logging.getLogger(__name__)
 
@@ -242,9 +243,9 @@ class Engine:
         try:
             self._runner.reset()  # on this thread: per-thread settings (torch threads) land here
         except BaseException as exc:
-            self._post(_resolve, started, exc)
+            self._post(settle, started, exc)
             return
-        self._post(_resolve, started, None)
+        self._post(settle, started, None)
         while True:
             with self._work:
                 plan, ended = self._next_plan()
@@ -378,15 +379,6 @@ class Engine:
                 if len(stream.output_ids) > 1 and stream.first_token_at is not None:
                     m.tpot.observe((now - stream.first_token_at) / (len(stream.output_ids) - 1))
         return True
-
-
-def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], previous: int) -> int | None:
