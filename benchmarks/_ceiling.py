@@ -69,6 +69,17 @@ class Ceiling:
         self._last = sample
         return sample
 
+    def table(self) -> list[str]:
+        """Every sample so far, in the order measured, as markdown rows (images/s)."""
+        return [
+            "| # | batch 1, default threads | batch 8, default threads | batch 8, 2 sessions x 1 thread | best |",
+            "|---:|---:|---:|---:|---:|",
+            *[
+                f"| {i} | {c.batch1:.1f} | {c.batch8:.1f} | {c.pair8:.1f} | {c.best:.1f} |"
+                for i, c in enumerate(self.samples, start=1)
+            ],
+        ]
+
     def around(self, run: Callable[[], T]) -> tuple[T, float]:
         """``run()`` and the mean of the best ceiling right before and right after it."""
         before = self._last or self.measure()

@@ -247,17 +247,6 @@ def verdict(ok: bool) -> str:
 PROTOCOLS = {"v2-json": "V2 HTTP JSON", "v2-binary": "V2 HTTP binary", "grpc": "V2 gRPC"}
 
 
-def ceiling_rows(ceiling: Ceiling) -> list[str]:
-    return [
-        "| # | batch 1, default threads | batch 8, default threads | batch 8, 2 sessions x 1 thread | best |",
-        "|---:|---:|---:|---:|---:|",
-        *[
-            f"| {i} | {c.batch1:.1f} | {c.batch8:.1f} | {c.pair8:.1f} | {c.best:.1f} |"
-            for i, c in enumerate(ceiling.samples, start=1)
-        ],
-    ]
-
-
 def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> None:
     onnx_path = export_resnet18(work / "resnet18.onnx")
     repo = work / "resnet_repo"
@@ -315,7 +304,7 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str])
         "The in-process ceiling (images/s), in the order measured; it moved between "
         f"{min(bests):.1f} and {max(bests):.1f} images/s during this section:",
         "",
-        *ceiling_rows(ceiling),
+        *ceiling.table(),
         "",
         "The server's view of the same runs (tensorgate's /metrics scraped by `tensorgate bench "
         "--metrics-url` before and after each, warm-up included): per request, mean time queued and in "

@@ -344,12 +344,7 @@ def resnet_section(work: Path, seconds: float, lines: list[str]) -> None:
         HEADER,
         *rows,
         "",
-        "| # | in-process batch 1 | batch 8 | batch 8, 2 sessions x 1 thread | best |",
-        "|---:|---:|---:|---:|---:|",
-        *[
-            f"| {i} | {c.batch1:.1f} | {c.batch8:.1f} | {c.pair8:.1f} | {c.best:.1f} |"
-            for i, c in enumerate(ceiling.samples, start=1)
-        ],
+        *ceiling.table(),
         "",
         f"- Best of batching off and on: binary **{binary_best:.2f}** of the ceiling (bar >= 0.90), "
         f"JSON **{json_best:.2f}** (bar >= 0.65).",
