@@ -79,26 +79,30 @@ class _Family:
         raise NotImplementedError
 
 
-class Counter(_Family):
+class _ValueFamily(_Family):
+    """A family whose children hold one number each (counters, gauges)."""
+
+    exposition: type[CounterMetricFamily] | type[GaugeMetricFamily]
+
+    def export(self) -> CounterMetricFamily | GaugeMetricFamily:
+        family = self.exposition(self.name, self.documentation, labels=self.labelnames)
+        for values, child in self.children.items():
+            family.add_metric(values, child.value)
+        return family
+
+
+class Counter(_ValueFamily):
+    exposition = CounterMetricFamily
+
     def _new(self) -> CounterChild:
         return CounterChild()
 
-    def export(self) -> CounterMetricFamily:
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, child in self.children.items():
-            family.add_metric(values, child.value)
-        return family
 
+class Gauge(_ValueFamily):
+    exposition = GaugeMetricFamily
 
-class Gauge(_Family):
     def _new(self) -> GaugeChild:
         return GaugeChild()
-
-    def export(self) -> GaugeMetricFamily:
-        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, child in self.children.items():
-            family.add_metric(values, child.value)
-        return family
 
 
 class Histogram(_Family):
