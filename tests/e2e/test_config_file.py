@@ -155,6 +155,20 @@ def test_om_model_fails_naming_cann(client: httpx.Client, server: ServerProcess)
 _FREE_PORTS = ("--http-port", "0", "--grpc-port", "0", "--metrics-port", "0")
 
 
+def _serve_exits_2(config: Path, timeout_s: float) -> str:
+    """Run ``tensorgate serve --config`` as a user would; it must exit 2 without a traceback. Its stderr."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tensorgate", "serve", "--config", str(config), *_FREE_PORTS],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stderr
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -202,17 +216,9 @@ def test_config_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], text:
 def test_config_errors_from_the_command_line(tmp_path: Path, text: str, expected: str) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text(text)
-    result = subprocess.run(
-        [sys.executable, "-m", "tensorgate", "serve", "--config", str(config), *_FREE_PORTS],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    assert str(config) in result.stderr
-    assert re.search(expected, result.stderr), result.stderr
+    stderr = _serve_exits_2(config, timeout_s=30)
+    assert str(config) in stderr
+    assert re.search(expected, stderr), stderr
 
 
 def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -230,13 +236,4 @@ def test_a_model_in_both_the_repository_and_the_file_is_a_config_error(tmp_path:
     (tmp_path / "m.onnx").write_bytes(mlp_model().SerializeToString())
     config = tmp_path / "both.yaml"
     config.write_text(f"server: {{model_repository: {repo}}}\nmodels:\n  - {{name: m, model_path: m.onnx}}\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "tensorgate", "serve", "--config", str(config), *_FREE_PORTS],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    assert "also in the model repository" in result.stderr
+    assert "also in the model repository" in _serve_exits_2(config, timeout_s=60)
