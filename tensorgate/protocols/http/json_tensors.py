@@ -54,9 +54,24 @@ def loads_with_arrays(raw: bytes) -> dict[str, Any] | None:
             result[key] = _plain(document[key])
             counted = _count_lists(result[key])
         arrays += counted
-    if raw.count(b"[") != arrays:
+    if _count_brackets(raw, stop_after=arrays + 1) != arrays:
         return None
     return result
+
+
+def _count_brackets(raw: bytes, stop_after: int) -> int:
+    """How many ``[`` the body holds, counting no further than ``stop_after``.
+
+    ``bytes.find`` runs on memchr, and the bodies that come here hold a handful of brackets in
+    megabytes of digits: 0.1 ms for an image where ``bytes.count`` takes 1.7 ms. The cap keeps a
+    nested body (one bracket per row) from turning this into a Python loop per row.
+    """
+    count = 0
+    index = raw.find(b"[")
+    while index >= 0 and count < stop_after:
+        count += 1
+        index = raw.find(b"[", index + 1)
+    return count
 
 
 def _inputs(node: Any) -> tuple[list[Any], int] | None:
