@@ -8,9 +8,11 @@ of memory. The scheduler only hands a batch to an instance that the pool reports
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 
 from tensorgate.backends.base import Device
+from tensorgate.instances.batch_tensors import merge_inputs
 from tensorgate.types import Array, TensorSpec
 
 
@@ -26,6 +28,8 @@ class ModelFailed(Exception):
 
 
 HealthListener = Callable[["Instance", bool], None]
+# How a batch ends: ``(outputs, None)`` or ``(None, error)``, called on the event loop.
+BatchDone = Callable[[dict[str, Array] | None, BaseException | None], None]
 
 
 class Instance(abc.ABC):
@@ -35,6 +39,7 @@ class Instance(abc.ABC):
         # Set by the owner to hear when the instance leaves or rejoins rotation (restart, death).
         self.on_health_change: HealthListener | None = None
         self.on_restart: Callable[[Instance], None] | None = None
+        self._batches: set[asyncio.Task[dict[str, Array]]] = set()  # referenced until done
 
     @abc.abstractmethod
     async def start(self) -> None:
@@ -49,6 +54,30 @@ class Instance(abc.ABC):
     @abc.abstractmethod
     async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         """Run one batch. Raises ModelFailed when the model raised, InstanceDied when the instance is gone."""
+
+    def run_batch(self, parts: Sequence[Mapping[str, Array]], on_done: BatchDone) -> None:
+        """Start one batch: the requests' inputs, merged along axis 0, run through :meth:`execute`.
+
+        The scheduler's entry point. This default runs ``execute`` as a task; an instance with a
+        worker thread overrides it to merge on that thread and report in one event-loop callback,
+        because every loop turn between two batches is time the device sits idle.
+        """
+        task = asyncio.get_running_loop().create_task(self._merge_and_execute(parts))
+        self._batches.add(task)
+
+        def report(done: asyncio.Task[dict[str, Array]]) -> None:
+            self._batches.discard(done)
+            if done.cancelled():
+                on_done(None, InstanceDied(f"the batch on {self.name} was cancelled"))
+            elif (error := done.exception()) is not None:
+                on_done(None, error)
+            else:
+                on_done(done.result(), None)
+
+        task.add_done_callback(report)
+
+    async def _merge_and_execute(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+        return await self.execute(merge_inputs(parts))
 
     @property
     @abc.abstractmethod

@@ -8,16 +8,19 @@ hand-off is a SimpleQueue in and ``call_soon_threadsafe`` out: about half the co
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tensorgate.backends.base import Backend, LoadSpec
-from tensorgate.instances.base import Instance, ModelFailed
+from tensorgate.instances.base import BatchDone, Instance, ModelFailed
+from tensorgate.instances.batch_tensors import merge_inputs
 from tensorgate.types import Array, TensorSpec
 
-_Job = tuple[Callable[[Any], Any], Any, asyncio.Future[Any], asyncio.AbstractEventLoop]
+_Done = Callable[[Any, BaseException | None], None]
+_Job = tuple[Callable[[Any], Any], Any, _Done, asyncio.AbstractEventLoop]
 
 
 def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -37,10 +40,13 @@ class _Worker:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
+    def call(self, fn: Callable[[Any], Any], arg: Any, on_done: _Done) -> None:
+        """Run ``fn(arg)`` on the thread; ``on_done(result, error)`` then runs on the calling loop."""
+        self._jobs.put((fn, arg, on_done, asyncio.get_running_loop()))
+
     def submit(self, fn: Callable[[Any], Any], arg: Any) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._jobs.put((fn, arg, future, loop))
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.call(fn, arg, functools.partial(_resolve, future))
         return future
 
     def _run(self) -> None:
@@ -48,13 +54,13 @@ class _Worker:
             job = self._jobs.get()
             if job is None:
                 return
-            fn, arg, future, loop = job
+            fn, arg, on_done, loop = job
             try:
                 result, error = fn(arg), None
             except BaseException as exc:  # handed to the awaiting coroutine, never lost
                 result, error = None, exc
             try:
-                loop.call_soon_threadsafe(_resolve, future, result, error)
+                loop.call_soon_threadsafe(on_done, result, error)
             except RuntimeError:  # the loop closed while the job ran: nobody is waiting
                 pass
 
@@ -80,11 +86,23 @@ class ThreadInstance(Instance):
         return self._backend.outputs()
 
     async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        result: dict[str, Array] = await self._worker.submit(self._run_model, inputs)
+        return result
+
+    def run_batch(self, parts: Sequence[Mapping[str, Array]], on_done: BatchDone) -> None:
+        # One loop callback from the end of this batch to the scheduler starting the next; merging
+        # on the worker keeps the copy off the event loop too.
+        self._worker.call(self._merge_and_run, parts, on_done)
+
+    def _merge_and_run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+        return self._run_model(merge_inputs(parts))
+
+    def _run_model(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        """On the worker thread: the backend's own exceptions become ModelFailed."""
         try:
-            result: dict[str, Array] = await self._worker.submit(self._backend.execute, inputs)
+            return self._backend.execute(inputs)
         except Exception as exc:
             raise ModelFailed(f"{type(exc).__name__}: {exc}") from exc
-        return result
 
     @property
     def healthy(self) -> bool:

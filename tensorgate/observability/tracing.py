@@ -52,6 +52,10 @@ class RequestSpan(Protocol):
         ...
 
 
+class BatchSpan(Protocol):
+    def end(self) -> None: ...
+
+
 class Tracer(Protocol):
     """What the protocol layer and the scheduler call. Implementations never raise into the request path."""
 
@@ -65,9 +69,10 @@ class Tracer(Protocol):
         span (an error status only for server faults: 5xx)."""
         ...
 
-    def batch(self, requests: Iterable[InferRequest], rows: int) -> AbstractContextManager[None]:
-        """The span of one batch execution (the scheduler seam). Called on the event loop around
-        ``instance.execute``; must not block. ``requests`` is only iterated when tracing is on."""
+    def batch(self, requests: Iterable[InferRequest], rows: int) -> BatchSpan:
+        """The span of one batch execution (the scheduler seam), started now and ended by the
+        scheduler when the batch ends. Called on the event loop; must not block. ``requests`` is
+        only iterated when tracing is on."""
         ...
 
     def shutdown(self) -> None:
@@ -90,8 +95,11 @@ class _Noop:
     def request(self, name: str, traceparent: str | None, attributes: Attributes) -> _Noop:
         return self
 
-    def batch(self, requests: Iterable[InferRequest], rows: int) -> AbstractContextManager[None]:
-        return _NULL
+    def batch(self, requests: Iterable[InferRequest], rows: int) -> _Noop:
+        return self
+
+    def end(self) -> None:
+        return None
 
     def child(self, name: str) -> AbstractContextManager[None]:
         return _NULL
@@ -156,8 +164,7 @@ class OtelTracer:
         self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
         return carrier.get("traceparent")
 
-    @contextlib.contextmanager
-    def batch(self, requests: Iterable[InferRequest], rows: int) -> Iterator[None]:
+    def batch(self, requests: Iterable[InferRequest], rows: int) -> BatchSpan:
         contexts = []
         for request in requests:
             if request.traceparent:
@@ -169,8 +176,8 @@ class OtelTracer:
             parent = self._trace.set_span_in_context(self._trace.NonRecordingSpan(contexts[0]))
         links = [self._trace.Link(c) for c in contexts]
         attributes = {"tensorgate.batch_size": rows, "tensorgate.batch_requests": len(contexts)}
-        with self._tracer.start_as_current_span("batch", context=parent, links=links, attributes=attributes):
-            yield
+        span: BatchSpan = self._tracer.start_span("batch", context=parent, links=links, attributes=attributes)
+        return span
 
     def shutdown(self) -> None:
         self._provider.shutdown()

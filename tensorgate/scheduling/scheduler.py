@@ -12,6 +12,7 @@ Guarantee: every admitted request ends exactly once, with a response or a typed 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -28,13 +29,13 @@ from tensorgate.errors import (
     Unavailable,
 )
 from tensorgate.instances.base import Instance, InstanceDied, ModelFailed
+from tensorgate.instances.batch_tensors import split_outputs
 from tensorgate.instances.pool import InstancePool
 from tensorgate.observability.metrics import VersionMetrics
-from tensorgate.observability.tracing import NOOP_TRACER, Tracer
+from tensorgate.observability.tracing import NOOP_TRACER, BatchSpan, Tracer
 from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, decide
 from tensorgate.scheduling.pending import Pending
 from tensorgate.scheduling.request_queue import RequestQueue
-from tensorgate.scheduling.tensors import merge_inputs, split_outputs
 from tensorgate.types import Array, InferRequest, InferResponse
 
 T = TypeVar("T")
@@ -102,7 +103,7 @@ class Scheduler:
         self._depth_gauges = metrics.queue_depth_gauges(queue.priority_levels)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: set[asyncio.Future[None]] = set()  # one per batch on an instance, done when it ends
         self._closed = False
         self._pump_scheduled = False
         self.stats = VersionStats()
@@ -264,38 +265,48 @@ class Scheduler:
                 self._metrics.queue_seconds.observe(wait)
                 self.stats.queue_count += 1
                 self.stats.queue_ns += int(wait * 1e9)
-        task = asyncio.get_running_loop().create_task(self._run(instance, live))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._running.add(ended)
+        span = self._tracer.batch((p.request for p in live), sum(p.rows for p in live))
+        instance.run_batch(
+            [p.request.inputs for p in live],
+            functools.partial(self._finished, instance, live, self._clock.now(), span, ended),
+        )
 
-    async def _run(self, instance: Instance, batch: list[Pending]) -> None:
+    def _finished(
+        self,
+        instance: Instance,
+        batch: list[Pending],
+        started: float,
+        span: BatchSpan,
+        ended: asyncio.Future[None],
+        outputs: dict[str, Array] | None,
+        error: BaseException | None,
+    ) -> None:
+        """A batch ended (on the event loop): answer its requests, or retry or fail them."""
         retry: list[Pending] = []
         released = False
         try:
-            inputs = merge_inputs([p.request.inputs for p in batch])
-            rows = [p.rows for p in batch]
-            started = self._clock.now()
-            try:
-                with self._tracer.batch((p.request for p in batch), sum(rows)):
-                    outputs = await instance.execute(inputs)
-            except InstanceDied as exc:
-                log.warning("instance %s died running a batch of %d: %s", instance.name, len(batch), exc)
+            span.end()
+            if isinstance(error, InstanceDied):
+                log.warning("instance %s died running a batch of %d: %s", instance.name, len(batch), error)
                 for item in batch:
                     item.attempts += 1
                     if item.attempts > 1:
-                        settle(
-                            item.future,
-                            InternalError(f"model '{self.model}' failed twice: its instance died"),
-                        )
+                        settle(item.future, InternalError(f"model '{self.model}' failed twice: its instance died"))
                     else:
                         retry.append(item)
                 return
-            except ModelFailed as exc:
-                log.warning("model %s/%s raised on a batch of %d: %s", self.model, self.version, len(batch), exc)
+            if isinstance(error, ModelFailed):
+                log.warning("model %s/%s raised on a batch of %d: %s", self.model, self.version, len(batch), error)
                 for item in batch:
                     settle(item.future, InternalError(f"model '{self.model}' failed to execute the request"))
                 return
+            if error is not None:
+                raise error
+            assert outputs is not None
             elapsed = self._clock.now() - started
+            rows = [p.rows for p in batch]
             self._record_execution(sum(rows), elapsed, len(batch))
             responses = [
                 self._response(item, own, started, elapsed)
@@ -311,13 +322,15 @@ class Scheduler:
         except TensorgateError as exc:
             for item in batch:
                 settle(item.future, exc)
-        except Exception:
+        except BaseException:  # a bug, or a cancelled task: logged, and every caller still answered
             log.exception("batch for %s/%s failed", self.model, self.version)
             for item in batch:
                 settle(item.future, InternalError(f"model '{self.model}' failed to execute the request"))
         finally:
             if not released:
                 self._release(instance, retry)
+            self._running.discard(ended)
+            ended.set_result(None)
 
     def _release(self, instance: Instance, retry: list[Pending]) -> None:
         """The instance is free again: requeue what must be retried (first in line), dispatch."""

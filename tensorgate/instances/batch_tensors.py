@@ -1,4 +1,4 @@
-"""Merging requests' inputs into one batch, and splitting the batch's outputs back, exactly."""
+"""A batch's tensors: requests' inputs merged along axis 0 where the batch runs, outputs split back exactly."""
 
 from __future__ import annotations
 

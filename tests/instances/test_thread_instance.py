@@ -1,0 +1,88 @@
+"""ThreadInstance: batches merge and run on the instance's own thread and report once on the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorgate.backends.base import Backend, Device, LoadSpec
+from tensorgate.config.model_config import ModelConfig
+from tensorgate.instances.base import ModelFailed
+from tensorgate.instances.thread_instance import ThreadInstance
+from tensorgate.types import Array, DataType, TensorSpec
+
+SPEC = TensorSpec("x", DataType.FP32, (-1, 2))
+
+
+class RecordingBackend(Backend):
+    """Doubles its input; remembers which thread ran it and what it was given; fails on negatives."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+        self.seen: list[Array] = []
+
+    def load(self, spec: LoadSpec) -> None:
+        return None
+
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return (SPEC,)
+
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return (SPEC,)
+
+    def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        self.threads.append(threading.current_thread())
+        self.seen.append(np.array(inputs["x"]))
+        if (inputs["x"] < 0).any():
+            raise ValueError("negative input")
+        return {"x": inputs["x"] * 2}
+
+
+def spec() -> LoadSpec:
+    return LoadSpec("m", 1, Path("."), Path("."), ModelConfig(name="m"), Device())
+
+
+async def run_batch(instance: ThreadInstance, parts: list[dict[str, Array]]) -> tuple[object, object, bool]:
+    """``run_batch`` as a coroutine: (outputs, error, whether the report came on the loop's thread)."""
+    loop = asyncio.get_running_loop()
+    loop_thread = threading.current_thread()
+    done: asyncio.Future[tuple[object, object, bool]] = loop.create_future()
+    instance.run_batch(
+        parts, lambda outputs, error: done.set_result((outputs, error, threading.current_thread() is loop_thread))
+    )
+    return await done
+
+
+async def test_a_batch_is_merged_and_run_on_the_instance_thread_and_reported_on_the_loop() -> None:
+    backend = RecordingBackend()
+    instance = ThreadInstance("m_1_0", backend, spec())
+    await instance.start()
+    try:
+        parts = [{"x": np.full((1, 2), 1.0, np.float32)}, {"x": np.full((2, 2), 2.0, np.float32)}]
+        outputs, error, on_loop = await run_batch(instance, parts)
+        assert error is None and on_loop
+        assert isinstance(outputs, dict)
+        np.testing.assert_array_equal(outputs["x"], np.array([[2, 2], [4, 4], [4, 4]], np.float32))
+        np.testing.assert_array_equal(backend.seen[0], np.concatenate([p["x"] for p in parts]))
+        assert backend.threads == [t for t in threading.enumerate() if t.name == "instance-m_1_0"]
+    finally:
+        await instance.aclose()
+
+
+async def test_a_model_error_is_reported_as_model_failed_by_both_entry_points() -> None:
+    instance = ThreadInstance("m_1_1", RecordingBackend(), spec())
+    await instance.start()
+    try:
+        _, error, on_loop = await run_batch(instance, [{"x": np.full((1, 2), -1.0, np.float32)}])
+        assert isinstance(error, ModelFailed) and "negative input" in str(error) and on_loop
+        with pytest.raises(ModelFailed, match="negative input"):
+            await instance.execute({"x": np.full((1, 2), -1.0, np.float32)})
+        outputs, error, _ = await run_batch(instance, [{"x": np.ones((1, 2), np.float32)}])
+        assert error is None and isinstance(outputs, dict)  # the instance keeps serving
+    finally:
+        await instance.aclose()
