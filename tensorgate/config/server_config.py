@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tensorgate.config.model_config import DynamicBatching, Strict
+from tensorgate.config.model_config import DEFAULT_MAX_QUEUE_SIZE, DynamicBatching, Strict
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -44,14 +44,15 @@ class FlatDynamicBatching(Strict):
     max_delay_ms: float = Field(default=5.0, ge=0)
     preferred_batch_sizes: list[int] = Field(default_factory=list)
     max_queue_size: int | None = Field(default=None, ge=1)
+    adaptive_delay: bool = True
 
     def to_dynamic_batching(self) -> DynamicBatching:
-        extra = {} if self.max_queue_size is None else {"max_queue_size": self.max_queue_size}
         return DynamicBatching(
             max_batch_size=self.max_batch_size,
             max_queue_delay_ms=self.max_delay_ms,
             preferred_batch_sizes=self.preferred_batch_sizes,
-            **extra,
+            max_queue_size=self.max_queue_size or DEFAULT_MAX_QUEUE_SIZE,
+            adaptive_delay=self.adaptive_delay,
         )
 
 

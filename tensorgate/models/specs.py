@@ -108,5 +108,6 @@ def resolve_specs(
         batching=batching,
         max_queue_delay_s=(db.max_queue_delay_ms / 1000.0) if db else 0.0,
         preferred_rows=preferred,
+        adaptive_delay=db.adaptive_delay if db else True,
     )
     return ResolvedSpecs(inputs, outputs, max_batch_size, settings)

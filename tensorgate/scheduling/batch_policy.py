@@ -5,7 +5,8 @@ Pure: takes the queue, ``now`` and how many instances are idle or busy; returns 
 Unlike Triton, MLServer or LitServe, a request that finds the whole pool idle is dispatched at
 once: holding it for the delay window would only add latency, because nothing else is running
 whose completion could bring more requests to share its batch. Batches form from what accumulates
-while instances are busy, and the delay window applies only while at least one instance is busy.
+while instances are busy, and the delay window applies only while at least one instance is busy,
+and only while holding a batch open pays on this model (``batch_cost``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class ReleaseReason(enum.Enum):
     DEADLINE = "deadline"  # a member's deadline falls inside the delay window
     IDLE = "idle"  # every instance is idle: waiting cannot bring more work to batch with
     SINGLE = "single"  # the model does not batch requests together
+    NO_GAIN = "no_gain"  # measured: bigger batches cost the same per row, so waiting would only idle an instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,7 @@ class BatchSettings:
     batching: bool  # may several requests share one execution?
     max_queue_delay_s: float
     preferred_rows: tuple[int, ...] = ()
+    adaptive_delay: bool = True  # skip the window while the model's batch costs show it cannot pay
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,9 @@ def form_batch(queue: RequestQueue, settings: BatchSettings) -> tuple[list[Pendi
     return batch, False
 
 
-def decide(queue: RequestQueue, settings: BatchSettings, now: float, idle: int, busy: int) -> Decision:
+def decide(
+    queue: RequestQueue, settings: BatchSettings, now: float, idle: int, busy: int, holding_pays: bool = True
+) -> Decision:
     if len(queue) == 0:
         return Decision(None)
     if idle == 0:
@@ -72,6 +77,8 @@ def decide(queue: RequestQueue, settings: BatchSettings, now: float, idle: int, 
         return Decision(batch, ReleaseReason.FULL)
     if busy == 0:
         return Decision(batch, ReleaseReason.IDLE)
+    if not holding_pays:
+        return Decision(batch, ReleaseReason.NO_GAIN)
     if settings.preferred_rows and rows >= max(settings.preferred_rows):
         return Decision(batch, ReleaseReason.PREFERRED)
     window_end = min(p.arrival for p in batch) + settings.max_queue_delay_s

@@ -33,6 +33,7 @@ from tensorgate.instances.batch_tensors import split_outputs
 from tensorgate.instances.pool import InstancePool
 from tensorgate.observability.metrics import VersionMetrics
 from tensorgate.observability.tracing import NOOP_TRACER, BatchSpan, Tracer
+from tensorgate.scheduling.batch_cost import BatchCost
 from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, decide
 from tensorgate.scheduling.pending import Pending
 from tensorgate.scheduling.request_queue import RequestQueue
@@ -107,6 +108,7 @@ class Scheduler:
         self._closed = False
         self._pump_scheduled = False
         self.stats = VersionStats()
+        self.batch_cost = BatchCost() if batch.batching and batch.adaptive_delay else None
 
     # -- admission -----------------------------------------------------------------------------
 
@@ -214,7 +216,8 @@ class Scheduler:
                     item.future, DeadlineExceeded(f"request to model '{self.model}' exceeded its deadline in the queue")
                 )
             while True:
-                decision = decide(self._queue, self._batch, now, self._pool.idle_count(), self._pool.busy_count())
+                pays = self.batch_cost is None or self.batch_cost.holding_pays
+                decision = decide(self._queue, self._batch, now, self._pool.idle_count(), self._pool.busy_count(), pays)
                 if decision.batch is None:
                     self._arm(decision.wake_at)
                     break
@@ -341,6 +344,8 @@ class Scheduler:
         self._pump()
 
     def _record_execution(self, rows: int, elapsed: float, requests: int) -> None:
+        if self.batch_cost is not None:
+            self.batch_cost.observe(rows, elapsed)
         self._metrics.compute_seconds.observe(elapsed)
         self._metrics.batch_size.observe(rows)
         self._metrics.executions.inc()

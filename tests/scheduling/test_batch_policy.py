@@ -50,6 +50,16 @@ def test_requests_wait_for_the_window_while_an_instance_is_busy() -> None:
     assert decision.reason is ReleaseReason.DELAY and decision.batch is not None and len(decision.batch) == 2
 
 
+def test_no_window_while_holding_is_measured_not_to_pay() -> None:
+    clock = ManualClock()
+    queue = queue_of(item(clock), item(clock))
+    decision = decide(queue, BATCHING, clock.now(), idle=1, busy=1, holding_pays=False)
+    assert decision.reason is ReleaseReason.NO_GAIN and decision.batch is not None and len(decision.batch) == 2
+    # A full batch or an idle pool keeps its own reason.
+    assert decide(queue, BATCHING, clock.now(), idle=1, busy=0, holding_pays=False).reason is ReleaseReason.IDLE
+    assert decide(queue, BATCHING, clock.now(), idle=0, busy=2, holding_pays=False).batch is None
+
+
 def test_window_is_timed_from_the_oldest_arrival() -> None:
     clock = ManualClock()
     first = item(clock)

@@ -9,6 +9,8 @@ import pytest
 from tensorgate.config.loading import load_file, validate
 from tensorgate.config.model_config import DEFAULT_MAX_QUEUE_SIZE, ModelConfig, VersionPolicy
 from tensorgate.errors import ConfigError
+from tensorgate.models.specs import resolve_specs
+from tensorgate.types import DataType, TensorSpec
 
 
 def test_everything_is_optional() -> None:
@@ -38,8 +40,16 @@ version_policy: {latest: 2}
     assert config.inputs is not None and config.inputs[0].shape == [-1, 3, 224, 224]
     assert config.dynamic_batching is not None
     assert config.dynamic_batching.max_queue_size == DEFAULT_MAX_QUEUE_SIZE
+    assert config.dynamic_batching.adaptive_delay  # on unless switched off
     assert config.instance_group[0].devices == [0, 1]
     assert config.version_policy.latest == 2
+
+
+def test_the_delay_window_can_be_made_unconditional() -> None:
+    spec = (TensorSpec("x", DataType.FP32, (-1, 2)),)
+    for batching, adaptive in (({}, True), ({"adaptive_delay": False}, False)):
+        config = validate(ModelConfig, {"dynamic_batching": batching}, "m/config.yaml")
+        assert resolve_specs("m", spec, spec, config).batch.adaptive_delay is adaptive
 
 
 @pytest.mark.parametrize(
