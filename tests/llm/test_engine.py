@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from tensorgate.backends.base import Device
-from tensorgate.backends.llm_backend import CausalLMRunner
+from tensorgate.backends.llm_backend import CausalLMRunner, _similar_widths
 from tensorgate.backends.llm_step import Sampled, SamplingParams, StepPlan
 from tensorgate.clock import MonotonicClock
 from tensorgate.errors import InternalError, InvalidInput
@@ -236,10 +236,13 @@ async def test_stop_strings_and_rejections(make_engine, runner: CausalLMRunner) 
 
 
 async def test_prompts_prefilled_together_match_generate(make_engine, reference) -> None:  # type: ignore[no-untyped-def]
-    # Five prompts of different lengths admitted in one step share one left-padded prefill forward.
-    engine, checked = await make_engine(seqs=8, tokens=256)
+    # Five prompts of different lengths admitted in one step: prefilled in left-padded forwards of
+    # similar lengths (150 and 140 together; 12, 9 and 1 together), each must match generate alone.
+    lengths = (9, 150, 12, 1, 140)
+    assert _similar_widths(sorted(lengths, reverse=True), 0, 5) == [(0, 2), (2, 5)]
+    engine, checked = await make_engine(seqs=8, tokens=512)
     rng = random.Random(21)
-    work = [([rng.choice(VOCAB) for _ in range(n)], 12) for n in (3, 40, 17, 1, 29)]
+    work = [([rng.choice(VOCAB) for _ in range(n)], 12) for n in lengths]
     streams = [engine.submit(p, SamplingParams(max_tokens=m)) for p, m in work]
     async with asyncio.timeout(60):
         await asyncio.gather(*(collect(s) for s in streams))
@@ -247,6 +250,14 @@ async def test_prompts_prefilled_together_match_generate(make_engine, reference)
     assert sum(1 for c in first.chunks if c.start == 0) == 5
     for (prompt, max_tokens), stream in zip(work, streams, strict=True):
         assert stream.output_ids == generate_alone(reference, prompt, max_tokens)
+
+
+def test_prompts_are_grouped_only_where_padding_would_waste_enough() -> None:
+    assert _similar_widths([100, 98, 97, 95], 0, 4) == [(0, 4)]  # little padding: one forward
+    assert _similar_widths([40, 29, 17, 3, 1], 0, 5) == [(0, 5)]  # too few slots saved to pay a forward
+    assert _similar_widths([256, 250, 240, 30, 20, 16], 0, 6) == [(0, 3), (3, 6)]
+    groups = _similar_widths([256, 250, 250, 250, 128, 120, 120, 120, 16, 15, 15, 15], 0, 12)
+    assert groups == [(0, 4), (4, 8), (8, 12)]
 
 
 async def test_drain_waits_for_running_sequences(make_engine) -> None:  # type: ignore[no-untyped-def]
