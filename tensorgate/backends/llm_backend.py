@@ -84,7 +84,7 @@ _SPARE_COLUMNS = 64
 # run as groups of similar lengths when a split saves at least MIN_PAD_SAVING of the token slots
 # and at least MIN_SAVED_SLOTS of them: a forward has a fixed cost too (measured on the benchmark's
 # small Llama: about what 500 token slots cost). On the benchmark's prompts of 16-256 tokens this
-# took mean time to first token from 0.20 s to 0.11 s and the whole run down by ~5 %.
+# took mean time to first token from 0.21 s to 0.11 s; whole-run time moved within noise (-1 to -5 %).
 MIN_PAD_SAVING = 0.2
 MIN_SAVED_SLOTS = 256
 MAX_GROUP_DEPTH = 2  # at most 4 forwards per step
