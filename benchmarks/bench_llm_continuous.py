@@ -218,7 +218,7 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=128)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     for key in MODEL:
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=MODEL[key], help="model shape")
     # One intra-op thread for both sides: on a shared 2-core host, torch's spinning OpenMP threads
@@ -260,6 +260,7 @@ def main() -> None:
                     f"{rounds['engine'][-1]['elapsed_s']:.2f} s, HTTP {rounds['http'][-1]['elapsed_s']:.2f} s",
                     flush=True,
                 )
+            rounds["static"].append(run_static(model_dir, work, args.static_batch))  # closes the last round
         static, engine, continuous = (_median(rounds[k]) for k in ("static", "engine", "http"))
     report(args, params, static, engine, continuous, work, rounds)
 
@@ -285,11 +286,15 @@ def report(
             f"| {name} | {r['req_s']:.2f} | {r['tok_s']:.0f} | {r['mean_s']:.2f} | {r['p99_s']:.2f} | "
             f"{r['ttft_s']:.2f} | {r['elapsed_s']:.1f} |"
         )
-    # Each round's continuous runs against the static run right before them: this host's speed moves
-    # by a third within a minute, so a ratio of two medians can pair a quiet moment with a busy one.
+    # Each round's continuous runs against the mean of the static runs right before and right after
+    # them: this host's speed moves by a third within a minute, so a ratio of two medians can pair a
+    # quiet moment with a busy one, and one neighbour alone carries the drift of the seconds between.
+    around = [
+        statistics.fmean([before["tok_s"], after["tok_s"]])
+        for before, after in zip(rounds["static"], rounds["static"][1:], strict=False)
+    ]
     per_round = {
-        mode: [r["tok_s"] / s["tok_s"] for r, s in zip(rounds[mode], rounds["static"], strict=True)]
-        for mode in ("http", "engine")
+        mode: [r["tok_s"] / s for r, s in zip(rounds[mode], around, strict=True)] for mode in ("http", "engine")
     }
     ratio = statistics.median(per_round["http"])
     engine_ratio = statistics.median(per_round["engine"])
@@ -313,8 +318,9 @@ def report(
             f"**{engine_ratio:.2f}x** (bar: 2.9x). Mean latency {cont['mean_s']:.2f} s (HTTP) and "
             f"{engine['mean_s']:.2f} s (in-process) vs {static['mean_s']:.2f} s static.",
             "",
-            f"Rows: the median of {args.rounds} rounds, each running the three modes in turn. Ratios: the "
-            "median over rounds of each round's own ratio (continuous / the static run just before it); per "
+            f"Rows: the median of {args.rounds} rounds, each running the three modes in turn, and one more "
+            "static run after the last. Ratios: the median over rounds of each round's own ratio (continuous / "
+            "the mean of the static runs just before and just after it); per "
             f"round, HTTP: {', '.join(f'{r:.2f}x' for r in per_round['http'])}; in-process: "
             f"{', '.join(f'{r:.2f}x' for r in per_round['engine'])}.",
             "",
