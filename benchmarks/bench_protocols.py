@@ -3,7 +3,7 @@
 1. ResNet-18-shaped model, 10 clients: V2 HTTP JSON, V2 HTTP binary and V2 gRPC, all driven by
    ``tensorgate bench`` (one tool, so the protocols are compared on equal terms), each run against
    its own in-process ceiling, measured right before and after it (``_ceiling.py``); 1 round with
-   ``--quick``, 3 by default. Bars: gRPC and binary each >= 0.90 of it.
+   ``--quick``, 5 by default. Bars: gRPC and binary each >= 0.90 of it.
 2. MLP at 64 clients, JSON bodies, with ``hey``: everything on (metrics recorded and exported,
    JSON access log) against everything off (``--no-metrics --no-access-log``), both servers up at
    once, in pairs of short runs whose order alternates (4 pairs with ``--quick``, 8 by default);
@@ -426,7 +426,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tg-bench-") as tmp:
         work = Path(tmp)
         if args.only in (None, "protocols"):
-            protocols_section(work, seconds, 1 if args.quick else 3, lines)
+            protocols_section(work, seconds, 1 if args.quick else 5, lines)
         if args.only in (None, "observability"):
             mlp_section(work, min(seconds, OBSERVABILITY_RUN_S), 4 if args.quick else 8, lines)
     load_end = os.getloadavg()
