@@ -283,8 +283,8 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str])
         "### Protocols side by side: ResNet-18-shaped model, 10 clients",
         "",
         "FP32 [1, 3, 224, 224] per request (random weights); config `max_batch_size: 8`, "
-        "`dynamic_batching: {max_queue_delay_ms: 5}`, two instances of one onnxruntime thread each "
-        "(`benchmarks/_ceiling.py` says why). One `tensorgate serve`; each protocol driven by "
+        "`dynamic_batching: {max_queue_delay_ms: 5}`, two instances of one onnxruntime thread each, "
+        "one per CPU (`cpus`; `benchmarks/_ceiling.py` says why). One `tensorgate serve`; each protocol driven by "
         f"`tensorgate bench -c 10 -z {seconds:g}s --warmup {WARMUP_S:g}s`, {rounds} round(s), the protocol "
         "order rotated per round. Each served run is compared with its own ceiling: the mean of the "
         f"in-process ceiling measured right before and right after it ({CEILING_S:g} s per arrangement; the "

@@ -337,8 +337,8 @@ def resnet_section(work: Path, seconds: float, lines: list[str]) -> None:
     lines += [
         "### ResNet-18-shaped model (FP32 [batch, 3, 224, 224], random weights), 10 clients",
         "",
-        "Two instances of one onnxruntime thread each (`benchmarks/_ceiling.py` says why). Each served run "
-        "is compared with its own ceiling: the mean of the best in-process arrangement measured right "
+        "Two instances of one onnxruntime thread each, one per CPU (`benchmarks/_ceiling.py` says why). "
+        "Each served run is compared with its own ceiling: the mean of the best in-process arrangement measured right "
         "before and right after it (table below; this host's speed moves by a third within a minute).",
         "",
         HEADER,

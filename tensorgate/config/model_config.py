@@ -61,6 +61,17 @@ class InstanceGroup(Strict):
     kind: Literal["cpu", "gpu", "npu"] = "cpu"
     devices: list[int] = Field(default_factory=list)
     isolation: Literal["thread", "process"] = "thread"
+    # The CPUs each instance of the group runs on, in order (wrapping around when there are fewer
+    # sets than instances): its thread and the runtime threads it starts, or its worker process.
+    cpus: list[list[int]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _cpus(self) -> InstanceGroup:
+        if any(not cpu_set for cpu_set in self.cpus):
+            raise ValueError("each entry of cpus lists at least one CPU")
+        if any(cpu < 0 for cpu_set in self.cpus for cpu in cpu_set):
+            raise ValueError("CPU numbers are not negative")
+        return self
 
 
 class WarmupSample(Strict):

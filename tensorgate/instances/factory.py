@@ -2,30 +2,55 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
 from tensorgate.backends.base import Device, LoadSpec
 from tensorgate.backends.registry import create_backend
 from tensorgate.config.model_config import InstanceGroup
+from tensorgate.errors import ModelLoadError
 from tensorgate.instances.base import Instance
 from tensorgate.instances.thread_instance import ThreadInstance
 
 
-def placements(groups: list[InstanceGroup], device_id: int | None = None) -> list[tuple[Device, str]]:
-    """(device, isolation) for every instance the groups ask for: ``count`` per listed device."""
-    result: list[tuple[Device, str]] = []
+@dataclass(frozen=True, slots=True)
+class Placement:
+    device: Device
+    isolation: str
+    cpus: frozenset[int] | None = None  # None: wherever the OS schedules it
+
+
+def placements(groups: list[InstanceGroup], device_id: int | None = None) -> list[Placement]:
+    """Where every instance the groups ask for runs: ``count`` per listed device."""
+    result: list[Placement] = []
     for group in groups:
         devices = group.devices or ([device_id] if device_id is not None else [0])
         if group.kind == "cpu":
             devices = [0]
         for index in devices:
             for _ in range(group.count):
-                result.append((Device(group.kind, index), group.isolation))
+                cpus = frozenset(group.cpus[len(result) % len(group.cpus)]) if group.cpus else None
+                result.append(Placement(Device(group.kind, index), group.isolation, cpus))
     return result
 
 
-def create_instance(name: str, backend: str, spec: LoadSpec, isolation: str) -> Instance:
-    if isolation == "process":
+def check_cpus(cpus: frozenset[int] | None) -> None:
+    """Refuse, before anything starts, CPUs this process may not run on (a container's cpuset)."""
+    if cpus is None:
+        return
+    allowed = os.sched_getaffinity(0)
+    if not cpus <= allowed:
+        raise ModelLoadError(
+            f"instance_group cpus {sorted(cpus - allowed)} are not available to this server "
+            f"(it may run on CPUs {sorted(allowed)})"
+        )
+
+
+def create_instance(name: str, backend: str, spec: LoadSpec, placement: Placement) -> Instance:
+    check_cpus(placement.cpus)
+    if placement.isolation == "process":
         from tensorgate.instances.process_instance import ProcessInstance
 
-        instance: Instance = ProcessInstance(name, backend, spec)
+        instance: Instance = ProcessInstance(name, backend, spec, placement.cpus)
         return instance
-    return ThreadInstance(name, create_backend(backend), spec)
+    return ThreadInstance(name, create_backend(backend), spec, placement.cpus)

@@ -50,10 +50,11 @@ def _specs(raw: object) -> tuple[TensorSpec, ...]:
 
 
 class ProcessInstance(Instance):
-    def __init__(self, name: str, backend: str, spec: LoadSpec) -> None:
+    def __init__(self, name: str, backend: str, spec: LoadSpec, cpus: frozenset[int] | None = None) -> None:
         super().__init__(name, spec.device)
         self._backend = backend
         self._spec = spec
+        self._cpus = cpus
         self._process: asyncio.subprocess.Process | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -91,6 +92,7 @@ class ProcessInstance(Instance):
                 str(fds[1]),
                 "--output-fd",
                 str(fds[2]),
+                *(["--cpus", ",".join(map(str, sorted(self._cpus)))] if self._cpus else []),
                 stdin=asyncio.subprocess.PIPE,
                 pass_fds=fds,
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import signal
 import socket
 import sys
@@ -126,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--input-fd", type=int, required=True)
     parser.add_argument("--output-fd", type=int, required=True)
+    parser.add_argument("--cpus", help="comma-separated CPUs this worker runs on")
     args = parser.parse_args(argv)
+    if args.cpus:  # before any thread starts, so every thread the backend starts inherits them
+        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     spec = load_spec_from_json(sys.stdin.readline())

@@ -209,8 +209,9 @@ async def load_generative_version(
     started = clock.now()
     model_version: GenerativeModelVersion | None = None
     try:
-        device, isolation = placements(source.config.instance_group, source.device_id)[0]
-        if isolation != "thread":
+        placement = placements(source.config.instance_group, source.device_id)[0]
+        device = placement.device
+        if placement.isolation != "thread":
             raise ModelLoadError("the llm backend runs in the server process (isolation: thread)")
         runner = CausalLMRunner()
         await asyncio.to_thread(runner.load, vsource.directory, device, settings.dtype, settings.threads)

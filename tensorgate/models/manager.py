@@ -93,9 +93,9 @@ class ModelManager:
         started = self._clock.now()
         instances: list[Instance] = []
         try:
-            for index, (device, isolation) in enumerate(placements(source.config.instance_group, source.device_id)):
-                spec = LoadSpec(name, version, vsource.artifact, vsource.directory, source.config, device)
-                instance = create_instance(f"{name}_{version}_{index}", source.backend, spec, isolation)
+            for index, placement in enumerate(placements(source.config.instance_group, source.device_id)):
+                spec = LoadSpec(name, version, vsource.artifact, vsource.directory, source.config, placement.device)
+                instance = create_instance(f"{name}_{version}_{index}", source.backend, spec, placement)
                 instances.append(instance)
                 await instance.start()
             first = instances[0]

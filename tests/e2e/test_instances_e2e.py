@@ -64,6 +64,17 @@ async def test_killing_a_worker_under_load_loses_no_request(tmp_path: Path) -> N
         assert metric(server.metrics_url, "tensorgate_instance_healthy", model="delay") == 2
 
 
+def test_worker_processes_run_on_the_cpus_their_group_names(tmp_path: Path) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    sets = [[allowed[0]], allowed[-1:]]
+    write_python_model(tmp_path, "pinned", instance_group=[{"count": 2, "isolation": "process", "cpus": sets}])
+    with ServerProcess("--model-repository", str(tmp_path)) as server:
+        pinned = sorted(sorted(os.sched_getaffinity(pid)) for pid in _workers(server))
+        assert pinned == sorted(sets)
+        response = httpx.post(f"{server.url}/v2/models/pinned/infer", json=v2_body([[1, 2, 3, 4]]), timeout=30)
+        assert response.status_code == 200
+
+
 def _first_and_steady(server: ServerProcess) -> tuple[float, float]:
     with httpx.Client(timeout=30.0) as http:
         timings = []

@@ -1,8 +1,10 @@
-"""ThreadInstance: batches merge and run on the instance's own thread and report once on the loop."""
+"""ThreadInstance: batches merge and run on the instance's own thread and report once on the loop;
+instances run on the CPUs their group names."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,8 +13,10 @@ import numpy as np
 import pytest
 
 from tensorgate.backends.base import Backend, Device, LoadSpec
-from tensorgate.config.model_config import ModelConfig
+from tensorgate.config.model_config import InstanceGroup, ModelConfig
+from tensorgate.errors import ModelLoadError
 from tensorgate.instances.base import ModelFailed
+from tensorgate.instances.factory import check_cpus, placements
 from tensorgate.instances.thread_instance import ThreadInstance
 from tensorgate.types import Array, DataType, TensorSpec
 
@@ -25,6 +29,7 @@ class RecordingBackend(Backend):
     def __init__(self) -> None:
         self.threads: list[threading.Thread] = []
         self.seen: list[Array] = []
+        self.cpus: list[set[int]] = []
 
     def load(self, spec: LoadSpec) -> None:
         return None
@@ -38,6 +43,7 @@ class RecordingBackend(Backend):
     def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         self.threads.append(threading.current_thread())
         self.seen.append(np.array(inputs["x"]))
+        self.cpus.append(os.sched_getaffinity(0))
         if (inputs["x"] < 0).any():
             raise ValueError("negative input")
         return {"x": inputs["x"] * 2}
@@ -86,3 +92,26 @@ async def test_a_model_error_is_reported_as_model_failed_by_both_entry_points() 
         assert error is None and isinstance(outputs, dict)  # the instance keeps serving
     finally:
         await instance.aclose()
+
+
+async def test_an_instance_with_cpus_runs_its_thread_there_and_the_loop_stays_free() -> None:
+    allowed = os.sched_getaffinity(0)
+    backend = RecordingBackend()
+    instance = ThreadInstance("m_1_2", backend, spec(), frozenset({min(allowed)}))
+    await instance.start()
+    try:
+        await instance.execute({"x": np.ones((1, 2), np.float32)})
+        assert backend.cpus == [{min(allowed)}]
+        assert os.sched_getaffinity(0) == allowed  # only the instance's own thread was pinned
+    finally:
+        await instance.aclose()
+
+
+def test_cpu_sets_wrap_around_the_instances_and_must_be_available() -> None:
+    group = InstanceGroup(count=3, cpus=[[0], [1]])
+    assert [p.cpus for p in placements([group])] == [frozenset({0}), frozenset({1}), frozenset({0})]
+    assert [p.cpus for p in placements([InstanceGroup(count=2)])] == [None, None]
+    with pytest.raises(ModelLoadError, match=r"cpus \[100000\] are not available to this server"):
+        check_cpus(frozenset({100_000}))
+    with pytest.raises(ValueError, match="at least one CPU"):
+        InstanceGroup(cpus=[[]])
