@@ -271,10 +271,11 @@ class Scheduler:
         ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._running.add(ended)
         span = self._tracer.batch((p.request for p in live), sum(p.rows for p in live))
-        instance.run_batch(
-            [p.request.inputs for p in live],
-            functools.partial(self._finished, instance, live, self._clock.now(), span, ended),
-        )
+        on_done = functools.partial(self._finished, instance, live, self._clock.now(), span, ended)
+        try:
+            instance.run_batch([p.request.inputs for p in live], on_done)
+        except Exception as exc:  # the batch never started: answer it, and free the instance
+            on_done(None, exc)
 
     def _finished(
         self,

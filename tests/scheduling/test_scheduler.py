@@ -146,6 +146,21 @@ async def test_no_batch_is_held_open_on_a_model_where_waiting_cannot_pay() -> No
     await asyncio.wait_for(blocker, 5.0)
 
 
+async def test_an_instance_that_cannot_start_a_batch_fails_it_and_stays_usable() -> None:
+    class Refusing(GatedInstance):
+        def run_batch(self, parts, on_done):  # type: ignore[no-untyped-def]
+            if np.asarray(parts[0]["x"])[0, 0] < 0:
+                raise RuntimeError("cannot start")
+            super().run_batch(parts, on_done)
+
+    instance = Refusing("a", gated=False)
+    scheduler = make(instance, batching=False)
+    with pytest.raises(InternalError):
+        await asyncio.wait_for(submit(scheduler, -1.0), 5.0)
+    assert (await asyncio.wait_for(submit(scheduler, 1.0), 5.0)).tolist() == [[10.0, 10.0]]
+    assert scheduler.running == 0
+
+
 async def test_a_full_queue_rejects_at_once() -> None:
     instance = GatedInstance("a")
     scheduler = make(instance, batching=False, queue=QueueSettings(max_queue_size=2))
