@@ -27,10 +27,12 @@ def placements(groups: list[InstanceGroup], device_id: int | None = None) -> lis
         devices = group.devices or ([device_id] if device_id is not None else [0])
         if group.kind == "cpu":
             devices = [0]
+        nth = 0  # this instance's place in its group: the group's cpu sets wrap around its own instances
         for index in devices:
             for _ in range(group.count):
-                cpus = frozenset(group.cpus[len(result) % len(group.cpus)]) if group.cpus else None
+                cpus = frozenset(group.cpus[nth % len(group.cpus)]) if group.cpus else None
                 result.append(Placement(Device(group.kind, index), group.isolation, cpus))
+                nth += 1
     return result
 
 

@@ -111,6 +111,9 @@ def test_cpu_sets_wrap_around_the_instances_and_must_be_available() -> None:
     group = InstanceGroup(count=3, cpus=[[0], [1]])
     assert [p.cpus for p in placements([group])] == [frozenset({0}), frozenset({1}), frozenset({0})]
     assert [p.cpus for p in placements([InstanceGroup(count=2)])] == [None, None]
+    # Each group's sets wrap around that group's own instances, whatever came before it.
+    two_groups = placements([InstanceGroup(count=1, cpus=[[3]]), InstanceGroup(count=2, cpus=[[0], [1]])])
+    assert [p.cpus for p in two_groups] == [frozenset({3}), frozenset({0}), frozenset({1})]
     with pytest.raises(ModelLoadError, match=r"cpus \[100000\] are not available to this server"):
         check_cpus(frozenset({100_000}))
     with pytest.raises(ValueError, match="at least one CPU"):
