@@ -215,8 +215,8 @@ class Scheduler:
                 settle(
                     item.future, DeadlineExceeded(f"request to model '{self.model}' exceeded its deadline in the queue")
                 )
+            pays = self.batch_cost is None or self.batch_cost.holding_pays
             while True:
-                pays = self.batch_cost is None or self.batch_cost.holding_pays
                 decision = decide(self._queue, self._batch, now, self._pool.idle_count(), self._pool.busy_count(), pays)
                 if decision.batch is None:
                     self._arm(decision.wake_at)
