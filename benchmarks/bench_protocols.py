@@ -37,7 +37,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _ceiling import RESNET_INSTANCES, Ceiling
+from _ceiling import RESNET_INSTANCES, Bracket, Ceiling
 from _models import export_resnet18
 from bench_serving import Result, hey, v2_json, write_onnx_model
 
@@ -252,33 +252,31 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str])
     repo = work / "resnet_repo"
     config = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_ms": 5}, **RESNET_INSTANCES}
     write_onnx_model(repo, "resnet", onnx_path.read_bytes(), config)
-    table: list[str] = []
-    ratios: dict[str, list[float]] = {p: [] for p in PROTOCOLS}
-    runs: dict[str, list[Measured]] = {p: [] for p in PROTOCOLS}
+    runs: dict[str, list[tuple[Measured, Bracket]]] = {p: [] for p in PROTOCOLS}
+    in_order: list[tuple[Measured, Bracket]] = []
     ceiling = Ceiling(onnx_path, CEILING_S)
     with ServerProcess("--model-repository", str(repo), "--log-level", "warning") as server:
         for index in range(rounds):
             order = list(PROTOCOLS)[index % 3 :] + list(PROTOCOLS)[: index % 3]  # none always first
             for protocol in order:
                 label = f"round {index + 1}, {PROTOCOLS[protocol]}"
-                measured, around = ceiling.around(
+                run = ceiling.around(
                     lambda p=protocol, name=label: tensorgate_bench(server, p, "resnet", 10, seconds, name)
                 )
-                runs[protocol].append(measured)
-                ratios[protocol].append(measured.result.rps / around)
-                table.append(row(measured, around))
-    ratio = {p: statistics.median(r) for p, r in ratios.items()}
+                runs[protocol].append(run)
+                in_order.append(run)
+    table = [row(measured, ceiling.of(bracket)) for measured, bracket in in_order]
+    ratio = {p: statistics.median(m.result.rps / ceiling.of(bracket) for m, bracket in r) for p, r in runs.items()}
 
     def med(protocol: str, key: str) -> float:
-        return statistics.median(getattr(m.result, key) for m in runs[protocol])
+        return statistics.median(getattr(m.result, key) for m, _ in runs[protocol])
 
     summary = [
         f"| {PROTOCOLS[p]} | {med(p, 'rps'):.1f} | {med(p, 'p50_ms'):.1f} | {med(p, 'p90_ms'):.1f} "
         f"| {med(p, 'p99_ms'):.1f} | **{ratio[p]:.2f}** |"
         for p in PROTOCOLS
     ]
-    every = [m for ms in runs.values() for m in ms]
-    bests = [c.best for c in ceiling.samples]
+    every = [m for m, _ in in_order]
     lines += [
         "### Protocols side by side: ResNet-18-shaped model, 10 clients",
         "",
@@ -288,7 +286,7 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str])
         f"`tensorgate bench -c 10 -z {seconds:g}s --warmup {WARMUP_S:g}s`, {rounds} round(s), the protocol "
         "order rotated per round. Each served run is compared with its own ceiling: the mean of the "
         f"in-process ceiling measured right before and right after it ({CEILING_S:g} s per arrangement; the "
-        "best of the three arrangements in the ceiling table). Throughput counts successful requests "
+        "arrangement with the highest median in the ceiling table). Throughput counts successful requests "
         "(1 image each). CPU columns: CPU seconds per wall second over the client's load phase (warm-up "
         "and counted run, sampled every 0.1 s).",
         "",
@@ -301,8 +299,7 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str])
         "|---|---:|---:|---:|---:|---:|",
         *summary,
         "",
-        "The in-process ceiling (images/s), in the order measured; it moved between "
-        f"{min(bests):.1f} and {max(bests):.1f} images/s during this section:",
+        "The in-process ceiling (images/s), in the order measured:",
         "",
         *ceiling.table(),
         "",

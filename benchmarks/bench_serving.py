@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 
-from _ceiling import RESNET_INSTANCES, Ceiling
+from _ceiling import RESNET_INSTANCES, Bracket, Ceiling
 from _models import export_resnet18
 from model_builders import write_python_model
 
@@ -332,14 +333,13 @@ def resnet_section(work: Path, seconds: float, lines: list[str]) -> None:
     json_body = v2_json("input", one)
     binary_body, binary_headers = v2_binary("input", one)
     ceiling = Ceiling(onnx_path, min(seconds, 3.0))
-    rows: list[str] = []
-    ratios: dict[str, list[float]] = {"JSON": [], "binary": []}
+    runs: list[tuple[str, Result, Bracket]] = []
     with ServerProcess("--model-repository", str(repo), "--log-level", "warning") as server:
         for mode in ("off", "on"):
             url = f"{server.url}/v2/models/resnet_{mode}/infer"
             for encoding in ("JSON", "binary"):
                 binary = encoding == "binary"
-                result, around = ceiling.around(
+                result, bracket = ceiling.around(
                     lambda b=binary, u=url, name=f"10 clients, {encoding}, batching {mode}": hey(
                         u,
                         binary_body if b else json_body,
@@ -350,23 +350,29 @@ def resnet_section(work: Path, seconds: float, lines: list[str]) -> None:
                         label=name,
                     )
                 )
-                rows.append(result.row(around))
-                ratios[encoding].append(result.rps / around)
-    json_best, binary_best = max(ratios["JSON"]), max(ratios["binary"])
+                runs.append((encoding, result, bracket))
+    rows = [result.row(ceiling.of(bracket)) for _, result, bracket in runs]
+    # The mean of batching off and on, not the better of the two: the larger of two noisy figures
+    # would flatter the server, as the best of three would flatter the ceiling.
+    json_mean, binary_mean = (
+        statistics.fmean(result.rps / ceiling.of(bracket) for e, result, bracket in runs if e == encoding)
+        for encoding in ("JSON", "binary")
+    )
     lines += [
         "### ResNet-18-shaped model (FP32 [batch, 3, 224, 224], random weights), 10 clients",
         "",
         "Two instances of one onnxruntime thread each, one per CPU (`benchmarks/_ceiling.py` says why). "
-        "Each served run is compared with its own ceiling: the mean of the best in-process arrangement measured right "
-        "before and right after it (table below; this host's speed moves by a third within a minute).",
+        "Each served run is compared with its own ceiling: the mean of the in-process ceiling measured right "
+        "before and right after it, in the arrangement with the highest median over this section (table below; "
+        "this host's speed moves by a third within a minute).",
         "",
         HEADER,
         *rows,
         "",
         *ceiling.table(),
         "",
-        f"- Best of batching off and on: binary **{binary_best:.2f}** of the ceiling (bar >= 0.90), "
-        f"JSON **{json_best:.2f}** (bar >= 0.65).",
+        f"- Mean of batching off and on: binary **{binary_mean:.2f}** of the ceiling (bar >= 0.90), "
+        f"JSON **{json_mean:.2f}** (bar >= 0.65).",
         "",
     ]
 
