@@ -62,7 +62,7 @@ class Instance(abc.ABC):
         worker thread overrides it to merge on that thread and report in one event-loop callback,
         because every loop turn between two batches is time the device sits idle.
         """
-        task = asyncio.get_running_loop().create_task(self._merge_and_execute(parts))
+        task = asyncio.get_running_loop().create_task(self._execute_parts(parts))
         self._batches.add(task)
 
         def report(done: asyncio.Task[dict[str, Array]]) -> None:
@@ -76,7 +76,8 @@ class Instance(abc.ABC):
 
         task.add_done_callback(report)
 
-    async def _merge_and_execute(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+    async def _execute_parts(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+        """The batch the parts make; an instance that can merge them on the way to its device overrides it."""
         return await self.execute(merge_inputs(parts))
 
     @property

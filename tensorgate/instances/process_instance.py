@@ -17,7 +17,7 @@ import contextlib
 import logging
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from tensorgate.backends.base import LoadSpec
 from tensorgate.errors import ModelLoadError
@@ -31,7 +31,7 @@ from tensorgate.instances.wire import (
     decode_meta,
     encode_frame,
     read_tensors,
-    write_tensors,
+    write_batch,
 )
 from tensorgate.instances.worker_main import load_spec_to_json
 from tensorgate.types import Array, DataType, TensorSpec
@@ -177,10 +177,14 @@ class ProcessInstance(Instance):
         return self._outputs_spec
 
     async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        return await self._execute_parts([inputs])
+
+    async def _execute_parts(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
+        """The requests' inputs go straight to their rows in shared memory, merged there (one copy)."""
         if not self._healthy or self._writer is None or self._inputs is None or self._outputs is None:
             raise InstanceDied(f"worker {self.name} is not running")
         self._seq = (self._seq + 1) & 0xFFFFFFFF
-        described = write_tensors(self._inputs, inputs)
+        described = write_batch(self._inputs, parts)
         future: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         self._pending = future
         self._writer.write(encode_frame(Kind.EXECUTE, self._seq, self._inputs.size, {"tensors": described}))

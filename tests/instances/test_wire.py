@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tensorgate.instances.batch_tensors import merge_inputs
 from tensorgate.instances.wire import (
     HEADER,
     Kind,
@@ -14,6 +15,7 @@ from tensorgate.instances.wire import (
     decode_meta,
     encode_frame,
     read_tensors,
+    write_batch,
     write_tensors,
 )
 
@@ -38,6 +40,27 @@ def test_tensors_round_trip_through_a_region_that_grows(region: Region) -> None:
     reader.ensure(region.size, grow_file=False)
     back = read_tensors(reader, described, copy=True)
     for name, array in tensors.items():
+        np.testing.assert_array_equal(back[name], array)
+        assert back[name].dtype == array.dtype
+
+
+def test_a_batch_written_from_its_parts_is_the_merged_batch(region: Region) -> None:
+    """Each request's rows land where the merged batch has them, whatever their layout."""
+    rng = np.random.default_rng(0)
+    parts = [
+        {
+            "x": rng.standard_normal((rows, 3, 4)).astype(np.float32),
+            "ids": np.arange(rows * 2, dtype=np.int64).reshape(rows, 2) + 100 * rows,
+            "text": np.array([[f"r{rows}-{i}".encode()] for i in range(rows)], dtype=object),
+        }
+        for rows in (1, 3, 2)
+    ]
+    parts[1]["x"] = np.asfortranarray(parts[1]["x"])  # a request's tensor need not be C-contiguous
+    merged = merge_inputs(parts)
+    described = write_batch(region, parts)
+    back = read_tensors(region, described, copy=True)
+    assert [d["shape"] for d in described] == [[6, 3, 4], [6, 2], [6, 1]]
+    for name, array in merged.items():
         np.testing.assert_array_equal(back[name], array)
         assert back[name].dtype == array.dtype
 
