@@ -36,6 +36,22 @@ def _idle(server: ServerProcess, model: str) -> bool:
     return metric(server.metrics_url, "tensorgate_inflight_requests", model=model) == 0
 
 
+async def _until(server: ServerProcess, model: str, *, inflight: int, queued: int) -> None:
+    """Wait until the server itself reports this many requests admitted and this many of them queued.
+
+    Ordering by the server's own view, not by sleeping: under a loaded test run a request sent
+    first can reach the queue after one sent 100 ms later.
+    """
+
+    def reached() -> bool:
+        return (
+            metric(server.metrics_url, "tensorgate_inflight_requests", model=model) == inflight
+            and metric(server.metrics_url, "tensorgate_queue_depth", model=model) == queued
+        )
+
+    await asyncio.to_thread(wait_until, reached)
+
+
 async def _post(client: httpx.AsyncClient, server: ServerProcess, model: str, body: dict) -> httpx.Response:  # type: ignore[type-arg]
     return await client.post(f"{server.url}/v2/models/{model}/infer", json=body)
 
@@ -44,9 +60,7 @@ async def test_exact_admission_when_the_queue_is_full(slow_server: ServerProcess
     wait_until(lambda: _idle(slow_server, "slow"))
     async with httpx.AsyncClient(timeout=30.0) as client:
         running = asyncio.ensure_future(_post(client, slow_server, "slow", v2_body([[0, 0, 0, 0]])))
-        await asyncio.to_thread(
-            wait_until, lambda: metric(slow_server.metrics_url, "tensorgate_inflight_requests", model="slow") == 1
-        )  # the first request is now executing (one in flight, none queued)
+        await _until(slow_server, "slow", inflight=1, queued=0)  # the first request is executing
         rejected_before = metric(
             slow_server.metrics_url, "tensorgate_requests_total", model="slow", outcome="queue_full"
         )
@@ -69,7 +83,7 @@ async def test_expired_requests_get_504_and_never_run(slow_server: ServerProcess
     executions = metric(slow_server.metrics_url, "tensorgate_executions_total", model="slow")
     async with httpx.AsyncClient(timeout=30.0) as client:
         blocker = asyncio.ensure_future(_post(client, slow_server, "slow", v2_body([[0, 0, 0, 0]])))
-        await asyncio.sleep(0.05)
+        await _until(slow_server, "slow", inflight=1, queued=0)  # the blocker is executing
         # 50 ms deadline (Triton's `timeout` parameter is in microseconds) behind a 400 ms backlog.
         expired = await asyncio.gather(
             *(_post(client, slow_server, "slow", v2_body([[1, 1, 1, 1]], timeout=50_000)) for _ in range(3))
@@ -93,9 +107,9 @@ async def test_higher_priority_is_served_first(slow_server: ServerProcess) -> No
 
     async with httpx.AsyncClient(timeout=30.0) as client:
         blocker = asyncio.ensure_future(send(client, "blocker", None))
-        await asyncio.sleep(0.1)
+        await _until(slow_server, "slow", inflight=1, queued=0)  # executing
         low = asyncio.ensure_future(send(client, "low", 2))
-        await asyncio.sleep(0.05)
+        await _until(slow_server, "slow", inflight=2, queued=1)  # waiting behind it
         high = asyncio.ensure_future(send(client, "high", 1))
         await asyncio.gather(blocker, low, high)
     assert finished == ["blocker", "high", "low"]
@@ -107,7 +121,7 @@ async def test_a_client_that_disconnects_while_queued_is_removed_and_counted(slo
     executions = metric(slow_server.metrics_url, "tensorgate_executions_total", model="slow")
     async with httpx.AsyncClient(timeout=30.0) as client:
         blocker = asyncio.ensure_future(_post(client, slow_server, "slow", v2_body([[0, 0, 0, 0]])))
-        await asyncio.sleep(0.05)
+        await _until(slow_server, "slow", inflight=1, queued=0)
         async with httpx.AsyncClient(timeout=0.1) as impatient:
             with pytest.raises(httpx.ReadTimeout):
                 await _post(impatient, slow_server, "slow", v2_body([[5, 5, 5, 5]]))
