@@ -252,31 +252,31 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str])
     repo = work / "resnet_repo"
     config = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_ms": 5}, **RESNET_INSTANCES}
     write_onnx_model(repo, "resnet", onnx_path.read_bytes(), config)
-    runs: dict[str, list[tuple[Measured, Bracket]]] = {p: [] for p in PROTOCOLS}
-    in_order: list[tuple[Measured, Bracket]] = []
+    runs: list[tuple[str, Measured, Bracket]] = []  # in the order run
     ceiling = Ceiling(onnx_path, CEILING_S)
     with ServerProcess("--model-repository", str(repo), "--log-level", "warning") as server:
         for index in range(rounds):
             order = list(PROTOCOLS)[index % 3 :] + list(PROTOCOLS)[: index % 3]  # none always first
             for protocol in order:
                 label = f"round {index + 1}, {PROTOCOLS[protocol]}"
-                run = ceiling.around(
+                measured, bracket = ceiling.around(
                     lambda p=protocol, name=label: tensorgate_bench(server, p, "resnet", 10, seconds, name)
                 )
-                runs[protocol].append(run)
-                in_order.append(run)
-    table = [row(measured, ceiling.of(bracket)) for measured, bracket in in_order]
-    ratio = {p: statistics.median(m.result.rps / ceiling.of(bracket) for m, bracket in r) for p, r in runs.items()}
+                runs.append((protocol, measured, bracket))
+    table = [row(measured, ceiling.of(bracket)) for _, measured, bracket in runs]
+    ratio = {
+        p: statistics.median(m.result.rps / ceiling.of(bracket) for q, m, bracket in runs if q == p) for p in PROTOCOLS
+    }
 
     def med(protocol: str, key: str) -> float:
-        return statistics.median(getattr(m.result, key) for m, _ in runs[protocol])
+        return statistics.median(getattr(m.result, key) for q, m, _ in runs if q == protocol)
 
     summary = [
         f"| {PROTOCOLS[p]} | {med(p, 'rps'):.1f} | {med(p, 'p50_ms'):.1f} | {med(p, 'p90_ms'):.1f} "
         f"| {med(p, 'p99_ms'):.1f} | **{ratio[p]:.2f}** |"
         for p in PROTOCOLS
     ]
-    every = [m for m, _ in in_order]
+    every = [m for _, m, _ in runs]
     lines += [
         "### Protocols side by side: ResNet-18-shaped model, 10 clients",
         "",
