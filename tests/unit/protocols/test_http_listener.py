@@ -1,0 +1,144 @@
+"""The HTTP listener's additions to uvicorn: one write per response, and the header timer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import Any
+
+from uvicorn.protocols.http.flow_control import FlowControl
+
+from tensorgate.protocols.http.listener import HttpListener, _OneWriteCycle
+
+
+class _Transport:
+    """Records what a cycle writes, and whether it closed the connection."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def writelines(self, parts: Any) -> None:
+        self.writes.append(b"".join(parts))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _cycle(method: str = "POST", keep_alive: bool = True) -> tuple[_OneWriteCycle, _Transport]:
+    transport = _Transport()
+    cycle = _OneWriteCycle(
+        scope={"method": method, "type": "http", "path": "/"},
+        transport=transport,
+        flow=FlowControl(transport),
+        logger=logging.getLogger("test"),
+        access_logger=logging.getLogger("test"),
+        access_log=False,
+        default_headers=[],
+        message_event=asyncio.Event(),
+        expect_100_continue=False,
+        keep_alive=keep_alive,
+        on_response=lambda: None,
+    )
+    return cycle, transport
+
+
+def _start(length: int | None) -> dict[str, Any]:
+    headers = [(b"content-type", b"application/json")]
+    if length is not None:
+        headers.append((b"content-length", str(length).encode()))
+    return {"type": "http.response.start", "status": 200, "headers": headers}
+
+
+async def test_a_response_with_a_length_leaves_in_one_write() -> None:
+    for body in (b'{"ok":true}', b"x" * (1 << 20)):  # joined, and written as two parts of one call
+        cycle, transport = _cycle()
+        await cycle.send(_start(len(body)))
+        assert transport.writes == []
+        await cycle.send({"type": "http.response.body", "body": body})
+        assert len(transport.writes) == 1
+        head, _, sent = transport.writes[0].partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-length: %d" % len(body) in head
+        assert sent == body
+        assert cycle.response_complete and not transport.closed
+
+
+async def test_connection_close_still_writes_the_head_before_closing() -> None:
+    cycle, transport = _cycle(keep_alive=False)
+    await cycle.send(_start(2))
+    await cycle.send({"type": "http.response.body", "body": b"{}"})
+    assert len(transport.writes) == 1 and transport.writes[0].endswith(b"\r\n\r\n{}")
+    assert b"connection: close" in transport.writes[0]
+    assert transport.closed
+
+
+async def test_a_stream_sends_its_head_before_its_first_event() -> None:
+    cycle, transport = _cycle()
+    await cycle.send(_start(None))
+    assert len(transport.writes) == 1 and b"transfer-encoding: chunked" in transport.writes[0]
+    await cycle.send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+    await cycle.send({"type": "http.response.body", "body": b""})
+    assert transport.writes[1:] == [b"9\r\ndata: 1\n\n\r\n", b"0\r\n\r\n"]
+
+
+async def test_head_requests_get_their_head_at_once() -> None:
+    cycle, transport = _cycle(method="HEAD")
+    await cycle.send(_start(10))
+    assert len(transport.writes) == 1
+    await cycle.send({"type": "http.response.body", "body": b""})
+    assert cycle.response_complete and len(transport.writes) == 1
+
+
+async def _answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def _read_until(sock: socket.socket, marker: bytes) -> bytes:
+    received = b""
+    while marker not in received:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
+async def test_late_headers_on_a_kept_alive_connection_get_408() -> None:
+    """The timer is per connection: it must also catch the second request's headers."""
+    timeout = 0.3
+    sock = socket.create_server(("127.0.0.1", 0))
+    listener = HttpListener("http", _answer, sock, header_timeout_s=timeout)
+    await listener.start()
+    try:
+
+        def client() -> tuple[bytes, float, bytes]:
+            with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as conn:
+                conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                first = _read_until(conn, b"ok")
+                time.sleep(2 * timeout)  # idle between requests is not late headers
+                conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+                started = time.monotonic()
+                second = _read_until(conn, b"}")
+                return first, time.monotonic() - started, second
+
+        first, waited, second = await asyncio.to_thread(client)
+    finally:
+        await listener.stop()
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(b"ok")
+    assert second.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), second
+    assert timeout * 0.9 <= waited < timeout * 3 + 1.0
