@@ -10,7 +10,7 @@ from tensorgate.clock import Clock
 from tensorgate.errors import InvalidInput, TensorgateError, Unavailable
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.specs import ResolvedSpecs
-from tensorgate.models.validation import validate_inputs, validate_outputs
+from tensorgate.models.validation import TensorRules
 from tensorgate.observability.metrics import VersionMetrics
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
@@ -55,6 +55,7 @@ class ModelVersion:
         self.version = version
         self.platform = platform
         self.specs = specs
+        self.rules = TensorRules(name, specs.inputs, specs.outputs, specs.max_batch_size)
         self.pool = pool
         self.state = VersionState.WARMING
         self.metrics = metrics
@@ -81,8 +82,8 @@ class ModelVersion:
                 retry_after_s=1.0,
             )
         try:
-            rows, key = validate_inputs(self.name, request.inputs, self.specs.inputs, self.specs.max_batch_size)
-            validate_outputs(self.name, request.outputs, self.specs.outputs)
+            rows, key = self.rules.check_inputs(request.inputs)
+            self.rules.check_outputs(request.outputs)
         except InvalidInput:
             self.metrics.outcome("invalid")
             raise

@@ -12,63 +12,86 @@ def _fmt(shape: tuple[int, ...]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
-def validate_inputs(
-    model: str,
-    inputs: Mapping[str, Array],
-    specs: tuple[TensorSpec, ...],
-    max_batch_size: int,
-) -> tuple[int, tuple[tuple[int, ...], ...]]:
-    """Return (rows, shape key). ``max_batch_size`` 0 means the model has no batch axis."""
-    expected = {s.name for s in specs}
-    unknown = sorted(set(inputs) - expected)
-    if unknown:
-        raise InvalidInput(f"unexpected input(s) {unknown} for model '{model}'; expected {sorted(expected)}")
-    missing = sorted(expected - set(inputs))
-    if missing:
-        raise InvalidInput(
-            f"expected {len(specs)} inputs but got {len(inputs)} inputs for model '{model}'; "
-            f"missing required input(s) {missing}"
-        )
-    rows: int | None = None
-    key: list[tuple[int, ...]] = []
-    for spec in specs:
-        array = inputs[spec.name]
-        got = DataType.from_numpy(array.dtype)
-        if got is not spec.datatype:
-            raise InvalidInput(
-                f"input '{spec.name}' has datatype {got.value}, but model '{model}' expects {spec.datatype.value}"
-            )
-        shape = tuple(int(d) for d in array.shape)
-        if len(shape) != len(spec.shape) or any(
-            want != -1 and want != have for want, have in zip(spec.shape, shape, strict=False)
-        ):
-            raise InvalidInput(
-                f"input '{spec.name}' has shape {_fmt(shape)}, but model '{model}' expects {_fmt(spec.shape)}"
-            )
-        if max_batch_size > 0:
-            if rows is None:
+class TensorRules:
+    """A version's input and output specs, prepared once so that checking a request is a few
+    comparisons: building the name sets and walking the shapes per request cost ~7 us, about 2 %
+    of the event loop's time per request for a small model at 64 clients."""
+
+    def __init__(
+        self, model: str, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...], max_batch_size: int
+    ) -> None:
+        self._model = model
+        self._specs = inputs
+        self._names = frozenset(s.name for s in inputs)
+        self._outputs = frozenset(s.name for s in outputs)
+        self._max_batch_size = max_batch_size  # 0: the model has no batch axis
+        # Per input: its name, datatype, rank, and the (axis, size) pairs that are not dynamic.
+        self._checks = [
+            (s.name, s.datatype, len(s.shape), tuple((axis, d) for axis, d in enumerate(s.shape) if d != -1))
+            for s in inputs
+        ]
+
+    def check_inputs(self, inputs: Mapping[str, Array]) -> tuple[int, tuple[tuple[int, ...], ...]]:
+        """Return (rows, shape key): the batch size, and the shapes that must match to share a batch."""
+        if inputs.keys() != self._names:
+            self._name_error(inputs)
+        batched = self._max_batch_size > 0
+        rows: int | None = None
+        key: list[tuple[int, ...]] = []
+        for name, datatype, rank, fixed in self._checks:
+            array = inputs[name]
+            got = DataType.from_numpy(array.dtype)
+            if got is not datatype:
+                raise InvalidInput(
+                    f"input '{name}' has datatype {got.value}, but model '{self._model}' expects {datatype.value}"
+                )
+            shape: tuple[int, ...] = array.shape
+            if len(shape) != rank or any(shape[axis] != d for axis, d in fixed):
+                expected = next(s.shape for s in self._specs if s.name == name)
+                raise InvalidInput(
+                    f"input '{name}' has shape {_fmt(shape)}, but model '{self._model}' expects {_fmt(expected)}"
+                )
+            if not batched:
+                key.append(shape)
+            elif rows is None:
                 rows = shape[0]
+                key.append(shape[1:])
             elif shape[0] != rows:
                 raise InvalidInput(
-                    f"inputs of model '{model}' disagree on the batch size: "
-                    f"'{spec.name}' has {shape[0]} rows, others {rows}"
+                    f"inputs of model '{self._model}' disagree on the batch size: "
+                    f"'{name}' has {shape[0]} rows, others {rows}"
                 )
-            key.append(shape[1:])
-        else:
-            key.append(shape)
-    if max_batch_size > 0:
-        assert rows is not None
-        if rows < 1:
-            raise InvalidInput(f"batch size 0 is not allowed for model '{model}'")
-        if rows > max_batch_size:
-            raise InvalidInput(f"batch size {rows} exceeds the maximum batch size {max_batch_size} of model '{model}'")
-    return (rows or 1), tuple(key)
+            else:
+                key.append(shape[1:])
+        if batched:
+            assert rows is not None
+            if rows < 1:
+                raise InvalidInput(f"batch size 0 is not allowed for model '{self._model}'")
+            if rows > self._max_batch_size:
+                raise InvalidInput(
+                    f"batch size {rows} exceeds the maximum batch size {self._max_batch_size} of model '{self._model}'"
+                )
+        return (rows or 1), tuple(key)
 
+    def _name_error(self, inputs: Mapping[str, Array]) -> None:
+        unknown = sorted(set(inputs) - self._names)
+        if unknown:
+            raise InvalidInput(
+                f"unexpected input(s) {unknown} for model '{self._model}'; expected {sorted(self._names)}"
+            )
+        missing = sorted(self._names - set(inputs))
+        raise InvalidInput(
+            f"expected {len(self._names)} inputs but got {len(inputs)} inputs for model '{self._model}'; "
+            f"missing required input(s) {missing}"
+        )
 
-def validate_outputs(model: str, requested: tuple[str, ...], specs: tuple[TensorSpec, ...]) -> None:
-    known = {s.name for s in specs}
-    unknown = [name for name in requested if name not in known]
-    if unknown:
-        raise InvalidInput(f"unknown output(s) {unknown} for model '{model}'; expected {sorted(known)}")
-    if len(set(requested)) != len(requested):
-        raise InvalidInput(f"duplicate output names requested for model '{model}'")
+    def check_outputs(self, requested: tuple[str, ...]) -> None:
+        if not requested:
+            return
+        unknown = [name for name in requested if name not in self._outputs]
+        if unknown:
+            raise InvalidInput(
+                f"unknown output(s) {unknown} for model '{self._model}'; expected {sorted(self._outputs)}"
+            )
+        if len(set(requested)) != len(requested):
+            raise InvalidInput(f"duplicate output names requested for model '{self._model}'")

@@ -30,7 +30,7 @@ from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.protocols.http.body import Receive, decompress, read_body
-from tensorgate.protocols.http.disconnect import DisconnectWatch
+from tensorgate.protocols.http.disconnect import DisconnectWatches
 from tensorgate.protocols.http.openai_routes import GenerationRoutes, is_generation_route
 from tensorgate.protocols.http.v1_codec import decode_predict, encode_predict
 from tensorgate.protocols.http.v2_codec import (
@@ -109,6 +109,7 @@ class HttpApp:
         self._settings = settings
         self._clock = clock
         self._access_log = access if access is not None else AccessLog(enabled=False)
+        self._watches = DisconnectWatches()
         # Request ids: a random per-process prefix and a counter; unique, and cheaper than uuid4.
         self._id_prefix = os.urandom(6).hex()
         self._ids = itertools.count(1)
@@ -305,7 +306,7 @@ class HttpApp:
         with self._tracer.request(f"{call.method} infer", request.traceparent, attributes) as span:
             if span.traceparent is not None:  # None when tracing is off: no copy of the request
                 request = replace(request, traceparent=span.traceparent)
-            watch = DisconnectWatch(receive, task)
+            watch = self._watches.watch(receive, task)
             try:
                 response = await self._service.infer(request)
             except asyncio.CancelledError:

@@ -3,40 +3,74 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import Any
 
 from tensorgate.protocols.http.body import Receive
 
 # Most requests are answered within this; only then is a task spent on watching the connection.
 WATCH_AFTER_S = 0.02
+# Sweeps for requests that outlived WATCH_AFTER_S run at most this often, so that under load the
+# timer is not re-armed for every request; a watch starts up to this much later.
+_SWEEP_EVERY_S = WATCH_AFTER_S / 4
 
 
 class DisconnectWatch:
-    """Cancels a request's task when its client disconnects, so the request leaves the queue.
+    """Cancels a request's task when its client disconnects, so the request leaves the queue."""
 
-    A timer costs about a tenth of a task, and most requests finish before it fires, so the task
-    that waits on ``receive()`` for ``http.disconnect`` starts only after ``WATCH_AFTER_S``.
-    """
+    __slots__ = ("_receive", "_task", "_watcher", "disconnected")
 
     def __init__(self, receive: Receive, task: asyncio.Task[Any]) -> None:
-        self._receive = receive
-        self._task = task
+        self._receive: Receive | None = receive
+        self._task: asyncio.Task[Any] | None = task
         self._watcher: asyncio.Task[None] | None = None
         self.disconnected = False
-        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._start)
 
-    def _start(self) -> None:
-        self._timer = None
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+    def start(self) -> None:
+        if self._task is not None:
+            self._watcher = self._task.get_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
+        assert self._receive is not None
         message = await self._receive()
-        if message["type"] == "http.disconnect":
+        if message["type"] == "http.disconnect" and self._task is not None:
             self.disconnected = True
             self._task.cancel()
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
         if self._watcher is not None:
             self._watcher.cancel()
+            self._watcher = None
+        self._receive = self._task = None  # a closed watch kept until the next sweep holds nothing
+
+
+class DisconnectWatches:
+    """Starts the watch of every request still running ``WATCH_AFTER_S`` after it began.
+
+    A task that waits on ``receive()`` for ``http.disconnect`` costs about ten times a timer, and
+    most requests finish before it would be needed, so it starts late. One timer serves all
+    requests, armed for the oldest: a timer per request (made, then cancelled) cost ~5 us of the
+    event loop per request, 1-2 % of a small model's whole request at 64 clients.
+    """
+
+    def __init__(self) -> None:
+        self._due: deque[tuple[float, DisconnectWatch]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self, receive: Receive, task: asyncio.Task[Any]) -> DisconnectWatch:
+        watch = DisconnectWatch(receive, task)
+        loop = task.get_loop()
+        due = loop.time() + WATCH_AFTER_S
+        self._due.append((due, watch))
+        if self._timer is None:
+            self._timer = loop.call_at(due, self._sweep, loop)
+        return watch
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        now = loop.time()
+        due = self._due
+        while due and due[0][0] <= now:
+            due.popleft()[1].start()
+        if due:
+            self._timer = loop.call_at(max(due[0][0], now + _SWEEP_EVERY_S), self._sweep, loop)

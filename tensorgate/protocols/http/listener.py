@@ -167,8 +167,9 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
       the headers are incomplete.
     - Headers must be complete within ``header_timeout_s`` of a request's first byte (or of the
       connection), so slow clients cannot hold connections (slowloris); uvicorn has no such timeout.
-      One timer per connection checks this; a timer per request cost ~3 % of the event loop at
-      64 clients on a small model.
+      One timer per connection checks this and the keep-alive time; uvicorn's timer per response
+      and the header timer per request together cost ~4 % of the event loop at 64 clients on a
+      small model.
     - Responses with a Content-Length leave in one write (:class:`_OneWriteCycle`).
 
     Every refusal answers ``{"error": ...}`` and closes the connection.
@@ -182,16 +183,18 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
     _in_request = False  # a request's first byte has arrived and its headers are not complete
     _head_started = 0.0  # loop time of the first byte of the request whose headers are awaited
     _requests = 0  # requests begun on this connection
+    _idle_since = 0.0  # loop time the last response completed
     _refusal: tuple[int, str] | None = None
-    _header_timer: asyncio.TimerHandle | None = None
+    _timer: asyncio.TimerHandle | None = None
+    _timer_at = 0.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
-        self._head_started = self.loop.time()
-        self._header_timer = self.loop.call_later(self.header_timeout_s, self._check_header_time)
+        self._head_started = self._idle_since = self.loop.time()
+        self._arm(self._head_started + self.header_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_header_timer()
+        self._cancel_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -210,6 +213,9 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         self._in_request = True
         self._requests += 1
         self._head_started = self.loop.time()
+        if self._timer_at > self._head_started + self.header_timeout_s:  # armed for the idle time
+            self._cancel_timer()
+            self._arm(self._head_started + self.header_timeout_s)
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -252,7 +258,7 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         self._refuse_now(status, message)
 
     def _refuse_now(self, status: int, message: str) -> None:
-        self._cancel_header_timer()
+        self._cancel_timer()
         if self.transport.is_closing():
             return
         body = orjson.dumps({"error": message})
@@ -267,32 +273,58 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         cycle.__class__ = _OneWriteCycle  # uvicorn builds its own cycle class; this one only adds send
         super()._start_asgi_task(cycle, app)
 
-    def _cancel_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+    def _arm(self, when: float) -> None:
+        self._timer = self.loop.call_at(when, self._check_time)
+        self._timer_at = when
 
-    def _check_header_time(self) -> None:
-        """Refuse a request whose headers are late, close a connection that never sent one, re-arm."""
-        self._header_timer = None
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def on_response_complete(self) -> None:
+        """uvicorn's, less the keep-alive timer it makes per response (and cancels when the next
+        request's bytes arrive): the connection's one timer checks the idle time instead."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._idle_since = self.loop.time()
+
+    def _check_time(self) -> None:
+        """The connection's one timer: late headers get 408; a connection that never sent a request,
+        or sat idle past the keep-alive time, is closed; otherwise it re-arms for the next limit."""
+        self._timer = None
         if self.transport.is_closing():
             return
         now = self.loop.time()
-        due = self._head_started + self.header_timeout_s
-        if now >= due:
-            if self._in_request and self.cycle is not None and not self.cycle.response_complete:
+        busy = self.cycle is not None and not self.cycle.response_complete
+        if self._in_request:
+            due = self._head_started + self.header_timeout_s
+            if now >= due and busy:
                 due = now + self.header_timeout_s  # pipelined behind a response: its turn has not come
-            elif self._in_request:
+            elif now >= due:
                 self._refuse_now(408, f"request headers not received within {self.header_timeout_s:g} s")
                 return
-            elif self._requests == 0:
+        elif self._requests == 0:
+            due = self._head_started + self.header_timeout_s
+            if now >= due:
                 # Not a byte of a request yet: close quietly. An unsolicited 408 on an idle connection
                 # could be read by the client as the answer to the request it is about to send.
                 self.transport.close()
                 return
-            else:
-                due = now + self.header_timeout_s  # between requests: idle time is the keep-alive timeout's
-        self._header_timer = self.loop.call_at(due, self._check_header_time)
+        elif busy:
+            due = now + self.header_timeout_s  # a request is being read or answered: nothing to time
+        else:
+            due = self._idle_since + self.timeout_keep_alive
+            if now >= due:
+                self.transport.close()
+                return
+        self._arm(due)
 
 
 class _Uvicorn(uvicorn.Server):  # type: ignore[misc]
@@ -327,7 +359,7 @@ class HttpListener:
             date_header=False,
             # Keep idle connections longer than proxies do (nginx 60 s) so the proxy never reuses a
             # connection we are closing.
-            timeout_keep_alive=int(keep_alive_s),
+            timeout_keep_alive=keep_alive_s,
             timeout_graceful_shutdown=int(exit_timeout_s) or None,
             backlog=2048,
         )

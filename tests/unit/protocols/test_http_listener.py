@@ -142,3 +142,36 @@ async def test_late_headers_on_a_kept_alive_connection_get_408() -> None:
     assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(b"ok")
     assert second.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), second
     assert timeout * 0.9 <= waited < timeout * 3 + 1.0
+
+
+async def test_an_idle_kept_alive_connection_is_closed_but_not_one_whose_request_runs_long() -> None:
+    keep_alive = 0.3
+    release = asyncio.Event()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["path"] == "/slow":
+            await release.wait()  # runs past the keep-alive time, until the test releases it
+        await _answer(scope, receive, send)
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    listener = HttpListener("http", app, sock, keep_alive_s=keep_alive, header_timeout_s=keep_alive)
+    await listener.start()
+    loop = asyncio.get_running_loop()
+    try:
+
+        def client() -> tuple[bytes, float, bytes]:
+            with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as conn:
+                conn.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+                time.sleep(3 * keep_alive)  # the request is running all this time
+                loop.call_soon_threadsafe(release.set)
+                slow = _read_until(conn, b"ok")
+                started = time.monotonic()
+                closed = conn.recv(1024)  # nothing more is sent: the server closes when idle
+                return slow, time.monotonic() - started, closed
+
+        slow, idle, closed = await asyncio.to_thread(client)
+    finally:
+        await listener.stop()
+    assert slow.startswith(b"HTTP/1.1 200 OK\r\n") and slow.endswith(b"ok")
+    assert closed == b""
+    assert keep_alive * 0.9 <= idle < keep_alive * 3 + 1.0
