@@ -109,14 +109,20 @@ class _SlabLayer(DynamicLayer):  # type: ignore[misc]
     HF's DynamicLayer concatenates on every step, copying the whole batch's cache each time; for
     the decode batch that copy was the largest cost of a step (profiled: about 40% of step time
     with 100 sequences). Here an append writes the new column in place; the slab grows rarely.
+
+    Keys are stored transposed, (rows, heads, head_dim, positions), and shown as the usual
+    (rows, heads, positions, head_dim) view. Attention multiplies queries by the keys' transpose,
+    and a batched matmul over these small matrices runs about twice as fast when that operand is
+    contiguous along positions (100 rows of 450 keys: 0.44 ms against 0.21 ms per layer and step,
+    measured alone), so the decode step's largest operation halves.
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         super().__init__()
         b, h, n, d = keys.shape
-        self._k = keys.new_empty((b, h, n + _SPARE_COLUMNS, d))
+        self._kt = keys.new_empty((b, h, d, n + _SPARE_COLUMNS))
         self._v = values.new_empty((b, h, n + _SPARE_COLUMNS, values.shape[-1]))
-        self._k[:, :, :n] = keys
+        self._kt[..., :n] = keys.transpose(2, 3)
         self._v[:, :, :n] = values
         self._len = n
         self.device = keys.device
@@ -124,18 +130,18 @@ class _SlabLayer(DynamicLayer):  # type: ignore[misc]
         self._expose()
 
     def _expose(self) -> None:
-        self.keys = self._k[:, :, : self._len]
+        self.keys = self._kt[..., : self._len].transpose(2, 3)
         self.values = self._v[:, :, : self._len]
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         n = key_states.shape[-2]
-        if self._len + n > self._k.shape[2]:
-            grow = max(n, _SPARE_COLUMNS, self._k.shape[2] // 4)
-            self._k = torch.cat([self._k, self._k.new_empty((*self._k.shape[:2], grow, self._k.shape[3]))], dim=2)
+        if self._len + n > self._v.shape[2]:
+            grow = max(n, _SPARE_COLUMNS, self._v.shape[2] // 4)
+            self._kt = torch.cat([self._kt, self._kt.new_empty((*self._kt.shape[:3], grow))], dim=3)
             self._v = torch.cat([self._v, self._v.new_empty((*self._v.shape[:2], grow, self._v.shape[3]))], dim=2)
-        self._k[:, :, self._len : self._len + n] = key_states
+        self._kt[..., self._len : self._len + n] = key_states.transpose(2, 3)
         self._v[:, :, self._len : self._len + n] = value_states
         self._len += n
         self._expose()
