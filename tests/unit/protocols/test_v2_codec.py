@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tensorgate.errors import InvalidInput, NotImplementedFeature
 from tensorgate.protocols.http.v2_codec import (
@@ -200,3 +202,42 @@ def test_encode_json_and_binary() -> None:
     header = orjson.loads(body[:length])
     assert header["outputs"][0]["parameters"] == {"binary_data_size": 8}
     assert body[length:] == np.array([1.5, np.nan], dtype="<f4").tobytes()
+
+
+_PLAIN_DATA = {
+    "FP32": st.floats(-1e6, 1e6, width=32),
+    "INT64": st.integers(-(2**40), 2**40),
+    "BOOL": st.booleans(),
+    "BYTES": st.text(max_size=5),
+    "UINT8": st.integers(0, 300),  # past 255 is an error, in both paths
+}
+
+
+@st.composite
+def _plain_inputs(draw: st.DrawFn) -> list[dict[str, Any]]:
+    nodes = []
+    for index in range(draw(st.integers(1, 3))):
+        datatype = draw(st.sampled_from(sorted(_PLAIN_DATA)))
+        shape = draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))
+        count = int(np.prod(shape)) + draw(st.sampled_from([0, 0, 0, 1]))  # sometimes one too many
+        data = draw(st.lists(_PLAIN_DATA[datatype], min_size=count, max_size=count))
+        name = draw(st.sampled_from([f"in{index}", "in0"]))  # sometimes a duplicate name
+        nodes.append({"name": name, "datatype": datatype, "shape": shape, "data": data})
+    return nodes
+
+
+def _outcome(document: dict[str, Any]) -> Any:
+    try:
+        request, prefs = _decode(document)
+    except InvalidInput as exc:
+        return exc.message
+    inputs = {name: (array.dtype, array.shape, array.tolist()) for name, array in request.inputs.items()}
+    return inputs, request.parameters, request.outputs, request.priority, request.timeout_s, request.id, prefs
+
+
+@settings(max_examples=150, deadline=None)
+@given(_plain_inputs())
+def test_plain_bodies_decode_as_the_general_path_does(nodes: list[dict[str, Any]]) -> None:
+    """Bodies of nothing but inputs take a shorter path; adding an empty "parameters" forces the
+    general one. Both must give the same request, or refuse with the same message."""
+    assert _outcome({"inputs": nodes}) == _outcome({"inputs": nodes, "parameters": {}})
