@@ -112,6 +112,13 @@ def test_request_id_is_echoed_or_generated_and_logged(server: ServerProcess) -> 
         generated = client.post(f"{server.url}/v2/models/fast/infer", json=v2_body([[0, 0, 0, 0]]))
     assert given.headers["x-request-id"] == "abc-123"
     assert generated.headers["x-request-id"]
+    # Too long, or not plain: replaced by the server's own id, not echoed.
+    for unfit in (b"x" * 129, b"has space", "caf\u00e9".encode()):
+        answer = httpx.post(
+            f"{server.url}/v2/models/fast/infer", json=v2_body([[0, 0, 0, 0]]), headers={"X-Request-Id": unfit}
+        )
+        assert answer.status_code == 200
+        assert answer.headers["x-request-id"] not in ("", unfit.decode("latin-1"))
     deadline = time.monotonic() + 5
     while True:
         lines = [r for r in server.log_records() if r.get("logger") == "tensorgate.access"]

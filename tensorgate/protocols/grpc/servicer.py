@@ -30,6 +30,7 @@ from tensorgate.protocols.grpc import codec
 from tensorgate.protocols.grpc.errors import Metadata, abort
 from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 from tensorgate.protocols.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from tensorgate.protocols.request_ids import client_request_id
 from tensorgate.repository.names import check_model_name
 from tensorgate.types import InferRequest
 
@@ -204,7 +205,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         headers = _metadata(context)
-        request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        request_id = client_request_id(headers.get("x-request-id")) or uuid.uuid4().hex
         ids: Metadata = (("x-request-id", request_id),)
         context.set_trailing_metadata(ids)
         return await self._guard(
@@ -217,7 +218,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         A failed request answers with ``error_message`` and the stream goes on.
         """
         headers = _metadata(context)
-        stream_id = headers.get("x-request-id") or uuid.uuid4().hex
+        stream_id = client_request_id(headers.get("x-request-id")) or uuid.uuid4().hex
         context.set_trailing_metadata((("x-request-id", stream_id),))
         traceparent = headers.get("traceparent")
         window = asyncio.Semaphore(STREAM_WINDOW)

@@ -41,6 +41,7 @@ from tensorgate.protocols.http.v2_codec import (
     loads_object,
     parse_header_length,
 )
+from tensorgate.protocols.request_ids import client_request_id
 from tensorgate.repository.names import check_model_name, parse_version
 from tensorgate.types import InferRequest, TensorSpec
 
@@ -122,7 +123,8 @@ class HttpApp:
         if kind != "http":
             return
         headers = _headers(scope)
-        call = Call(scope["method"], scope["path"], headers, headers.get("x-request-id") or self._new_id())
+        request_id = client_request_id(headers.get("x-request-id")) or self._new_id()
+        call = Call(scope["method"], scope["path"], headers, request_id)
         started = self._clock.now()
         try:
             await self._route(call, receive, send)
