@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import orjson
 
@@ -66,11 +66,24 @@ class TextGenerator(Protocol):
     ) -> GenerationStream: ...
 
 
+# isinstance() against a runtime-checkable Protocol looks up each of its members on every call
+# (~30 us here); a model version's class does not change, so the answer is kept per class.
+_GENERATES: dict[type, bool] = {}
+
+
+def generates_text(target: object) -> bool:
+    kind = type(target)
+    known = _GENERATES.get(kind)
+    if known is None:
+        known = _GENERATES[kind] = isinstance(target, TextGenerator)
+    return known
+
+
 def find_generator(service: InferenceService, name: str, version: int | None) -> TextGenerator:
     target = service.router.route(name, version)
-    if not isinstance(target, TextGenerator):
+    if not generates_text(target):
         raise InvalidInput(f"model '{name}' does not generate text")
-    return target
+    return cast(TextGenerator, target)
 
 
 async def read_json(receive: Receive, call: CallLike, limit: int) -> dict[str, Any]:

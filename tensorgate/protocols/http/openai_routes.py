@@ -19,6 +19,7 @@ from tensorgate.protocols.http.generate_routes import (
     Send,
     TextGenerator,
     find_generator,
+    generates_text,
     handle_generate,
     merged,
     read_json,
@@ -83,7 +84,7 @@ class GenerationRoutes:
     def _models(self) -> dict[str, Any]:
         data = []
         for name, entry in sorted(self._service.manager.models.items()):
-            if isinstance(entry.latest_ready(), TextGenerator):
+            if generates_text(entry.latest_ready()):
                 data.append({"id": name, "object": "model", "created": 0, "owned_by": "tensorgate"})
         return {"object": "list", "data": data}
 
