@@ -14,6 +14,9 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache
 
+# Consecutive row ranges of a decode batch and how many of the last key columns each range needs.
+RowGroups = list[tuple[int, int, int]]
+
 
 class LeanForward:
     """A forward pass through a Llama-family model's own weights, for decode steps and prefill chunks.
@@ -54,19 +57,27 @@ class LeanForward:
         return len(self._layers)
 
     def __call__(
-        self, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor, cache: Cache
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        key_mask: torch.Tensor,
+        cache: Cache,
+        row_groups: RowGroups | None = None,
     ) -> torch.Tensor:
         """Logits after each row's last token.
 
         ``ids`` and ``positions`` are (rows, T): T new tokens per row, left-padded; ``key_mask`` is
-        (rows, cached + T), true where a real token is (or is about to be) cached.
+        (rows, cached + T), true where a real token is (or is about to be) cached. ``row_groups``
+        (decode steps only): consecutive row ranges and how many of the last key columns each
+        needs, so that short rows do not pay for attending over the longest row's padding.
         """
         count = ids.shape[1]
         hidden = F.embedding(ids, self._embed)  # (rows, T, hidden)
         cos, sin = self._rotary(hidden, positions)  # (rows, T, head_dim)
         bias = self._bias(key_mask.bool(), count, hidden.dtype)
+        groups = row_groups if count == 1 and row_groups and len(row_groups) > 1 else None
         for layer, cached in zip(self._layers, cache.layers, strict=True):
-            hidden = layer(hidden, cos[:, :, None], sin[:, :, None], self._rotate, bias, cached)
+            hidden = layer(hidden, cos[:, :, None], sin[:, :, None], self._rotate, bias, cached, groups)
         return F.linear(self._norm(hidden[:, -1]), self._head)
 
     def _bias(self, key_mask: torch.Tensor, count: int, dtype: torch.dtype) -> torch.Tensor:
@@ -123,6 +134,7 @@ class _LeanLayer:
         rotate: torch.Tensor,
         bias: torch.Tensor,
         cached: Any,
+        row_groups: RowGroups | None = None,
     ) -> torch.Tensor:
         rows, count = hidden.shape[0], hidden.shape[1]
         heads, kv_heads, dim = self._heads, self._kv_heads, self._head_dim
@@ -135,12 +147,30 @@ class _LeanLayer:
         length = keys.shape[2]
         q = qk[:, :, :heads].reshape(rows, count, kv_heads, groups, dim).permute(0, 2, 3, 1, 4)
         q = q.reshape(rows * kv_heads, groups * count, dim)
-        scores = torch.baddbmm(bias, q, keys.reshape(rows * kv_heads, length, dim).transpose(1, 2), alpha=self._scaling)
-        out = torch.bmm(torch.softmax(scores, dim=-1), values.reshape(rows * kv_heads, length, dim))
+        keys_t = keys.reshape(rows * kv_heads, length, dim).transpose(1, 2)
+        values = values.reshape(rows * kv_heads, length, dim)
+        if row_groups is None:
+            out = self._attend(bias, q, keys_t, values)
+        else:  # each range of rows over the last key columns it needs (the rest is its padding)
+            out = torch.cat(
+                [
+                    self._attend(
+                        bias[first * kv_heads : end * kv_heads, :, length - width :],
+                        q[first * kv_heads : end * kv_heads],
+                        keys_t[first * kv_heads : end * kv_heads, :, length - width :],
+                        values[first * kv_heads : end * kv_heads, length - width :],
+                    )
+                    for first, end, width in row_groups
+                ]
+            )
         out = out.view(rows, kv_heads, groups, count, dim).permute(0, 3, 1, 2, 4).reshape(rows, count, heads * dim)
         hidden = hidden + F.linear(out, self._out)
         gate, up = F.linear(self._mlp_norm(hidden), self._gate_up).split(self._intermediate, dim=-1)
         return hidden + F.linear(self._act(gate) * up, self._down)
+
+    def _attend(self, bias: torch.Tensor, q: torch.Tensor, keys_t: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        scores = torch.baddbmm(bias, q, keys_t, alpha=self._scaling)
+        return torch.bmm(torch.softmax(scores, dim=-1), values)
 
 
 class _RMSNorm:

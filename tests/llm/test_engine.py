@@ -11,8 +11,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from tensorgate.backends import llm_backend
 from tensorgate.backends.base import Device
-from tensorgate.backends.llm_backend import CausalLMRunner, _similar_widths
+from tensorgate.backends.llm_backend import CausalLMRunner, _row_ranges, _similar_widths
 from tensorgate.backends.llm_step import Sampled, SamplingParams, StepPlan
 from tensorgate.clock import MonotonicClock
 from tensorgate.errors import InternalError, InvalidInput
@@ -250,6 +251,39 @@ async def test_prompts_prefilled_together_match_generate(make_engine, reference)
     assert sum(1 for c in first.chunks if c.start == 0) == 5
     for (prompt, max_tokens), stream in zip(work, streams, strict=True):
         assert stream.output_ids == generate_alone(reference, prompt, max_tokens)
+
+
+async def test_decode_rows_attend_over_only_the_key_columns_they_need(make_engine, reference, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Rows of very different lengths decode in one batch, longest first, and ranges of shorter rows
+    attend over fewer key columns (forced here, where it would not pay); each sequence must still
+    match generate alone."""
+    monkeypatch.setattr(llm_backend, "MIN_SAVED_KEY_SLOTS", 0)
+    used: list[list[tuple[int, int]]] = []
+
+    def recorded(lengths: list[int]) -> list[tuple[int, int]]:
+        ranges = _row_ranges(lengths)
+        used.append(ranges)
+        return ranges
+
+    monkeypatch.setattr(llm_backend, "_row_ranges", recorded)
+    lengths = (9, 150, 12, 1, 140, 60)
+    engine, checked = await make_engine(seqs=8, tokens=512)
+    rng = random.Random(5)
+    work = [([rng.choice(VOCAB) for _ in range(n)], 10 + n % 7) for n in lengths]
+    streams = [engine.submit(p, SamplingParams(max_tokens=m)) for p, m in work]
+    async with asyncio.timeout(60):
+        await asyncio.gather(*(collect(s) for s in streams))
+    assert sum(1 for c in checked.plans[0].chunks if c.start == 0) == len(lengths)  # one decode batch
+    assert any(len(ranges) > 1 for ranges in used)
+    for (prompt, max_tokens), stream in zip(work, streams, strict=True):
+        assert stream.output_ids == generate_alone(reference, prompt, max_tokens), f"prompt of {len(prompt)}"
+
+
+def test_decode_row_ranges_split_where_padding_would_waste_enough() -> None:
+    # Longest first; a departed row (0) inside a range does not split it.
+    lengths = [500] * 10 + [0] + [470] * 9 + [60] * 20
+    assert _row_ranges(lengths) == [(0, 20), (20, 40)]
+    assert _row_ranges([100, 99, 98]) == [(0, 3)]  # nothing to gain: one range
 
 
 def test_prompts_are_grouped_only_where_padding_would_waste_enough() -> None:
