@@ -62,6 +62,17 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.ports['metrics']}/metrics"
 
     def start(self) -> ServerProcess:
+        try:
+            self._launch()
+        except BaseException:
+            # A server that never bound its ports or became ready is not left running (the error
+            # carries its log).
+            self.stop()
+            self._tmp.cleanup()
+            raise
+        return self
+
+    def _launch(self) -> None:
         ports_file = Path(self._tmp.name) / "ports.json"
         command = [sys.executable, "-m", "tensorgate", "serve", "--http-port", "0", "--ports-file", str(ports_file)]
         if "--no-metrics" not in self._args:
@@ -76,13 +87,11 @@ class ServerProcess:
         while not ports_file.exists():
             self._check_alive()
             if time.monotonic() > deadline:
-                self.stop()
                 raise TimeoutError(f"server did not bind its ports in time; log:\n{self.log()}")
             time.sleep(0.02)
         self.ports = json.loads(ports_file.read_text())
         if self._wait_ready:
             self.wait_ready(deadline - time.monotonic())
-        return self
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
