@@ -321,10 +321,21 @@ class CausalLMRunner:
             return DynamicCache()
         return Cache(layers=[DynamicLayer() for _ in range(self._lean.num_layers)])
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Cache) -> torch.Tensor:
-        """Logits after each row's last token; ``mask`` covers the cached tokens and the new ones."""
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Cache,
+        row_groups: RowGroups | None = None,
+    ) -> torch.Tensor:
+        """Logits after each row's last token; ``mask`` covers the cached tokens and the new ones.
+
+        ``row_groups`` (decode steps) lets the lean forward skip padding; a model's own forward
+        attends over every column.
+        """
         if self._lean is not None:
-            return self._lean(ids, positions, mask, cache)
+            return self._lean(ids, positions, mask, cache, row_groups)
         out = self.model(
             input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
         )
@@ -445,13 +456,10 @@ class CausalLMRunner:
         batch.mask = torch.cat([batch.mask, ones], dim=1)
         ids_t = torch.tensor(ids, dtype=torch.long, device=self.device)
         positions_t = torch.tensor(positions, dtype=torch.long, device=self.device)
-        if self._lean is not None:
-            lengths = [by_id[s].start + 1 if s is not None else 0 for s in batch.rows]
-            if batch.ranges is None:
-                batch.ranges = _row_ranges(lengths)
-            logits = self._lean(ids_t, positions_t, batch.mask, batch.cache, _row_groups(batch.ranges, lengths))
-        else:
-            logits = self._forward(ids_t, positions_t, batch.mask, batch.cache)
+        lengths = [by_id[s].start + 1 if s is not None else 0 for s in batch.rows]
+        if batch.ranges is None:
+            batch.ranges = _row_ranges(lengths)
+        logits = self._forward(ids_t, positions_t, batch.mask, batch.cache, _row_groups(batch.ranges, lengths))
         return {seq_id: logits[i] for i, seq_id in enumerate(batch.rows) if seq_id is not None}
 
     # -- sampling --------------------------------------------------------------------------------

@@ -21,15 +21,11 @@ class TensorRules:
         self, model: str, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...], max_batch_size: int
     ) -> None:
         self._model = model
-        self._specs = inputs
         self._names = frozenset(s.name for s in inputs)
         self._outputs = frozenset(s.name for s in outputs)
         self._max_batch_size = max_batch_size  # 0: the model has no batch axis
-        # Per input: its name, datatype, rank, and the (axis, size) pairs that are not dynamic.
-        self._checks = [
-            (s.name, s.datatype, len(s.shape), tuple((axis, d) for axis, d in enumerate(s.shape) if d != -1))
-            for s in inputs
-        ]
+        # Per input: its spec, and the (axis, size) pairs of its shape that are not dynamic.
+        self._checks = [(s, tuple((axis, d) for axis, d in enumerate(s.shape) if d != -1)) for s in inputs]
 
     def check_inputs(self, inputs: Mapping[str, Array]) -> tuple[int, tuple[tuple[int, ...], ...]]:
         """Return (rows, shape key): the batch size, and the shapes that must match to share a batch."""
@@ -38,18 +34,18 @@ class TensorRules:
         batched = self._max_batch_size > 0
         rows: int | None = None
         key: list[tuple[int, ...]] = []
-        for name, datatype, rank, fixed in self._checks:
+        for spec, fixed in self._checks:
+            name = spec.name
             array = inputs[name]
             got = DataType.from_numpy(array.dtype)
-            if got is not datatype:
+            if got is not spec.datatype:
                 raise InvalidInput(
-                    f"input '{name}' has datatype {got.value}, but model '{self._model}' expects {datatype.value}"
+                    f"input '{name}' has datatype {got.value}, but model '{self._model}' expects {spec.datatype.value}"
                 )
             shape: tuple[int, ...] = array.shape
-            if len(shape) != rank or any(shape[axis] != d for axis, d in fixed):
-                expected = next(s.shape for s in self._specs if s.name == name)
+            if len(shape) != len(spec.shape) or any(shape[axis] != d for axis, d in fixed):
                 raise InvalidInput(
-                    f"input '{name}' has shape {_fmt(shape)}, but model '{self._model}' expects {_fmt(expected)}"
+                    f"input '{name}' has shape {_fmt(shape)}, but model '{self._model}' expects {_fmt(spec.shape)}"
                 )
             if not batched:
                 key.append(shape)
