@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +189,7 @@ def _make_batch(
     if first:
         kv = [(k[:, :, first:], v[:, :, first:]) for k, v in kv]
         mask = mask[:, first:]
-    return _DecodeBatch(rows, _slab_cache(kv), mask)
+    return _DecodeBatch(rows, _slab_cache(kv), mask, {s for s in rows if s is not None})
 
 
 @dataclass(slots=True)
@@ -198,6 +199,7 @@ class _DecodeBatch:
     rows: list[int | None]  # None: a departed row, compacted away later
     cache: Cache
     mask: torch.Tensor  # (rows, padded length), 1 where a real token is cached
+    live: set[int] = field(default_factory=set)  # the rows that are not None
     # Row ranges for attention, found at the batch's first step (~70 us for 100 rows). Every row
     # then grows by a token a step, so the best split stays put; departures only shrink needs.
     ranges: list[tuple[int, int]] | None = None
@@ -283,9 +285,14 @@ class CausalLMRunner:
             if seq_id not in preempted:
                 self._generators.pop(seq_id, None)
         freed = set(plan.freed)
-        decodes = [c for c in plan.chunks if len(c.token_ids) == 1 and c.start > 0]
-        prefills = [c for c in plan.chunks if not (len(c.token_ids) == 1 and c.start > 0)]
-        self._reshape_batch(freed, {c.seq_id for c in decodes})
+        decodes: dict[int, ScheduledChunk] = {}  # one token at a position > 0: a row of the decode batch
+        prefills: list[ScheduledChunk] = []
+        for c in plan.chunks:
+            if len(c.token_ids) == 1 and c.start > 0:
+                decodes[c.seq_id] = c
+            else:
+                prefills.append(c)
+        self._reshape_batch(freed, decodes.keys())
         logits: list[torch.Tensor] = []
         sampled_chunks: list[ScheduledChunk] = []
         fresh = [c for c in prefills if c.start == 0 and c.seq_id not in self._solo]
@@ -307,11 +314,15 @@ class CausalLMRunner:
                 logits.append(out)
                 sampled_chunks.append(chunk)
         if decodes:
-            by_row = self._decode(decodes)
-            for chunk in decodes:
-                if chunk.sample:
-                    logits.append(by_row[chunk.seq_id])
-                    sampled_chunks.append(chunk)
+            batch_logits, row_chunks = self._decode(decodes)
+            rows = [i for i, c in enumerate(row_chunks) if c is not None and c.sample]
+            wanted = [c for c in row_chunks if c is not None and c.sample]
+            if not logits:  # decodes alone, the usual step: the batch's logits are sampled in place
+                if len(rows) != len(row_chunks):
+                    batch_logits = batch_logits.index_select(0, torch.tensor(rows, device=batch_logits.device))
+                return self._sample(batch_logits.float(), wanted)
+            logits.extend(batch_logits[i] for i in rows)
+            sampled_chunks.extend(wanted)
         if not logits:
             return {}
         return self._sample(torch.stack(logits).float(), sampled_chunks)
@@ -377,7 +388,7 @@ class CausalLMRunner:
             )
         return [logits[row] for row in range(len(chunks))]
 
-    def _reshape_batch(self, freed: set[int], decoding: set[int]) -> None:
+    def _reshape_batch(self, freed: set[int], decoding: AbstractSet[int]) -> None:
         """Make the decode batch hold the sequences decoding this step.
 
         A row that leaves is marked dead rather than copied out at once: it keeps riding along
@@ -385,6 +396,8 @@ class CausalLMRunner:
         one copy compacts the batch. Rebuilding on every departure was a visible share of step time.
         """
         batch = self._batch
+        if batch is not None and batch.live == decoding:  # the usual step: the same rows again
+            return
         if batch is not None:
             for i, seq_id in enumerate(batch.rows):
                 if seq_id is None or seq_id in decoding:
@@ -392,6 +405,7 @@ class CausalLMRunner:
                 if seq_id not in freed:  # alive but skipping this step: back to a cache of its own
                     self._solo[seq_id] = self._extract(batch, i)
                 batch.rows[i] = None
+                batch.live.discard(seq_id)
             live = [i for i, s in enumerate(batch.rows) if s is not None]
             dead = len(batch.rows) - len(live)
             present = set(batch.rows)
@@ -446,21 +460,23 @@ class CausalLMRunner:
             rows = [rows[i] for i in order.tolist()]
         self._batch = _make_batch(rows, merged, mask)
 
-    def _decode(self, decodes: list[ScheduledChunk]) -> dict[int, torch.Tensor]:
+    def _decode(self, decodes: dict[int, ScheduledChunk]) -> tuple[torch.Tensor, list[ScheduledChunk | None]]:
+        """One forward for every row of the decode batch: its logits, and each row's chunk (None: departed)."""
         batch = self._batch
-        assert batch is not None and {s for s in batch.rows if s is not None} == {c.seq_id for c in decodes}
-        by_id = {c.seq_id: c for c in decodes}
-        ids = [[by_id[s].token_ids[0]] if s is not None else [0] for s in batch.rows]
-        positions = [[by_id[s].start] if s is not None else [0] for s in batch.rows]
-        ones = torch.ones((len(batch.rows), 1), dtype=torch.long, device=self.device)
+        assert batch is not None and batch.live == decodes.keys()
+        row_chunks = [None if s is None else decodes[s] for s in batch.rows]
+        ids = [0 if c is None else c.token_ids[0] for c in row_chunks]
+        lengths = [0 if c is None else c.start + 1 for c in row_chunks]
+        rows = len(ids)
+        ones = torch.ones((rows, 1), dtype=torch.long, device=self.device)
         batch.mask = torch.cat([batch.mask, ones], dim=1)
-        ids_t = torch.tensor(ids, dtype=torch.long, device=self.device)
-        positions_t = torch.tensor(positions, dtype=torch.long, device=self.device)
-        lengths = [by_id[s].start + 1 if s is not None else 0 for s in batch.rows]
+        # Flat lists: torch builds a tensor from a list of one-element lists several times slower.
+        ids_t = torch.tensor(ids, dtype=torch.long, device=self.device).view(rows, 1)
+        positions_t = (torch.tensor(lengths, dtype=torch.long, device=self.device) - 1).clamp_(min=0).view(rows, 1)
         if batch.ranges is None:
             batch.ranges = _row_ranges(lengths)
         logits = self._forward(ids_t, positions_t, batch.mask, batch.cache, _row_groups(batch.ranges, lengths))
-        return {seq_id: logits[i] for i, seq_id in enumerate(batch.rows) if seq_id is not None}
+        return logits, row_chunks
 
     # -- sampling --------------------------------------------------------------------------------
 
@@ -476,11 +492,15 @@ class CausalLMRunner:
 
     def _sample(self, logits: torch.Tensor, chunks: list[ScheduledChunk]) -> dict[int, Sampled]:
         logprobs = torch.log_softmax(logits, dim=-1)
-        chosen = torch.argmax(logits, dim=-1).tolist()
+        greedy = torch.argmax(logits, dim=-1)
+        chosen: list[int] = greedy.tolist()
+        drawn = False
         for i, chunk in enumerate(chunks):
             if not chunk.params.greedy:
                 chosen[i] = self._draw(logits[i], chunk.params, self._generator(chunk.seq_id, chunk.params.seed))
-        picked = logprobs[torch.arange(len(chunks)), torch.tensor(chosen)].tolist()
+                drawn = True
+        index = torch.tensor(chosen, device=logits.device) if drawn else greedy
+        picked: list[float] = logprobs.gather(1, index[:, None]).view(-1).tolist()
         result: dict[int, Sampled] = {}
         for i, chunk in enumerate(chunks):
             top: tuple[tuple[int, float], ...] = ()
@@ -488,7 +508,7 @@ class CausalLMRunner:
             if wanted:
                 values, indices = torch.topk(logprobs[i], min(wanted, logprobs.shape[-1]))
                 top = tuple(zip(indices.tolist(), values.tolist(), strict=True))
-            result[chunk.seq_id] = Sampled(int(chosen[i]), float(picked[i]), top)
+            result[chunk.seq_id] = Sampled(chosen[i], picked[i], top)
         return result
 
     @staticmethod

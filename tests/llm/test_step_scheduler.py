@@ -127,8 +127,16 @@ def test_invariants_under_random_load(
     next_id = 0
 
     def step(eos_at: int) -> None:
+        before = {q.seq_id for q in s.running()}
         plan, ended = s.schedule(0.0)
         assert plan.num_tokens <= tokens
+        for chunk in plan.chunks:  # each chunk holds the sequence's own tokens, sampled after its last
+            q = added[chunk.seq_id]
+            assert chunk.token_ids == q.token_ids(chunk.start, len(chunk.token_ids))
+            assert chunk.sample == (chunk.start + len(chunk.token_ids) == q.total_len)
+        # The sequences already running are served in scheduling order (higher priority first).
+        served = [added[c.seq_id].order for c in plan.chunks if c.seq_id in before]
+        assert served == sorted(served)
         assert s.num_running <= seqs
         assert s.kv.used_blocks <= s.kv.total_blocks
         assert sum(q.blocks for q in s.running()) == s.kv.used_blocks
