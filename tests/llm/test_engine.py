@@ -167,6 +167,32 @@ async def test_preempted_sequences_recompute_to_the_same_tokens(make_engine, ref
     assert engine.scheduler.kv.used_blocks == 0
 
 
+async def test_whole_answer_requests_get_every_token_in_two_hand_overs(make_engine, reference, runner) -> None:  # type: ignore[no-untyped-def]
+    # Preemption is certain (as above); the callers want only the final answer (incremental=False).
+    engine, _ = await make_engine(seqs=6, tokens=64, kv_tokens=96, block=8)
+    handed: dict[int, int] = {}
+    deliver = engine._deliver
+
+    def counting(update, sampled, now):  # type: ignore[no-untyped-def]
+        handed[update.seq.seq_id] = handed.get(update.seq.seq_id, 0) + 1
+        deliver(update, sampled, now)
+
+    engine._deliver = counting  # type: ignore[method-assign]
+    rng = random.Random(12)
+    work = [([rng.choice(VOCAB) for _ in range(rng.randint(20, 30))], 24) for _ in range(6)]
+    streams = [engine.submit(p, SamplingParams(max_tokens=m), incremental=False) for p, m in work]
+    async with asyncio.timeout(60):
+        events = await asyncio.gather(*(collect(s) for s in streams))
+    assert engine.scheduler.preemptions > 0
+    for (prompt, max_tokens), stream, got in zip(work, streams, events, strict=True):
+        assert stream.output_ids == generate_alone(reference, prompt, max_tokens)
+        assert stream.text == runner.codec.decode(stream.output_ids)
+        assert len(got) == 1 and got[0].finish_reason is not None  # one event: the end
+        # Handed to the event loop twice: the first token (time to first token) and the last.
+        assert handed[stream.seq_id] == min(2, len(stream.output_ids))
+    assert max(len(s.output_ids) for s in streams) > 2
+
+
 async def test_cancellation_frees_a_slot_for_a_waiting_request(make_engine) -> None:  # type: ignore[no-untyped-def]
     engine, checked = await make_engine(seqs=2, tokens=64)
     long = [engine.submit([9, 10], SamplingParams(max_tokens=200, ignore_eos=True)) for _ in range(2)]

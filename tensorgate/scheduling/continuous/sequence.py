@@ -43,6 +43,9 @@ class Sequence:
     status: SeqStatus = SeqStatus.WAITING
     finish_reason: FinishReason | None = None
     preemptions: int = 0
+    # The caller reads only the whole answer: its tokens reach the event loop when it finishes
+    # (and its first, for time to first token), not one by one.
+    quiet: bool = False
 
     @property
     def total_len(self) -> int:
