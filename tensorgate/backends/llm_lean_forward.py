@@ -51,6 +51,15 @@ class LeanForward:
         rotate[half:, :half] = -torch.eye(half)
         rotate[:half, half:] = torch.eye(half)
         self._rotate = rotate
+        # Rotary cos and sin of every position, computed once by the model's own module: a lookup
+        # per step instead of its ten operations (~35 us a decode step here). Not for the rope types
+        # whose frequencies change with the sequence's length.
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        if getattr(self._rotary, "rope_type", "default") not in ("dynamic", "longrope"):
+            every = torch.arange(int(config.max_position_embeddings), device=self._embed.device)[None]
+            with torch.inference_mode():
+                cos, sin = self._rotary(self._embed[None, :1], every)
+            self._rope = (cos[0], sin[0])
 
     @property
     def num_layers(self) -> int:
@@ -66,14 +75,18 @@ class LeanForward:
     ) -> torch.Tensor:
         """Logits after each row's last token.
 
-        ``ids`` and ``positions`` are (rows, T): T new tokens per row, left-padded; ``key_mask`` is
-        (rows, cached + T), true where a real token is (or is about to be) cached. ``row_groups``
+        ``ids`` and ``positions`` are (rows, T): T new tokens per row, left-padded, positions below
+        the model's ``max_position_embeddings``; ``key_mask`` is (rows, cached + T), true where a
+        real token is (or is about to be) cached. ``row_groups``
         (decode steps only): consecutive row ranges and how many of the last key columns each
         needs, so that short rows do not pay for attending over the longest row's padding.
         """
         count = ids.shape[1]
         hidden = F.embedding(ids, self._embed)  # (rows, T, hidden)
-        cos, sin = self._rotary(hidden, positions)  # (rows, T, head_dim)
+        if self._rope is not None:
+            cos, sin = self._rope[0][positions], self._rope[1][positions]  # (rows, T, head_dim)
+        else:
+            cos, sin = self._rotary(hidden, positions)
         bias = self._bias(key_mask.bool(), count, hidden.dtype)
         groups = row_groups if count == 1 and row_groups and len(row_groups) > 1 else None
         for layer, cached in zip(self._layers, cache.layers, strict=True):
