@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
@@ -142,15 +141,14 @@ class _SlabLayer(DynamicLayer):  # type: ignore[misc]
     measured alone), so that operation takes about half as long.
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+    def __init__(self, keys_t: torch.Tensor, values: torch.Tensor, length: int) -> None:
+        """Adopt slabs ``keys_t`` (rows, heads, head_dim, capacity) and ``values`` (rows, heads,
+        capacity, head_dim) whose first ``length`` positions are filled."""
         super().__init__()
-        b, h, n, d = keys.shape
-        self._kt = keys.new_empty((b, h, d, n + _SPARE_COLUMNS))
-        self._v = values.new_empty((b, h, n + _SPARE_COLUMNS, values.shape[-1]))
-        self._kt[..., :n] = keys.transpose(2, 3)
-        self._v[:, :, :n] = values
-        self._len = n
-        self.device = keys.device
+        self._kt = keys_t
+        self._v = values
+        self._len = length
+        self.device = keys_t.device
         self.is_initialized = True
         self._expose()
 
@@ -176,22 +174,6 @@ class _SlabLayer(DynamicLayer):  # type: ignore[misc]
         return int(self._len)
 
 
-def _slab_cache(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> Cache:
-    return Cache(layers=[_SlabLayer(k, v) for k, v in kv])
-
-
-def _make_batch(
-    rows: list[int | None], kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor
-) -> _DecodeBatch:
-    """A decode batch over ``kv``, without the leading padding columns no row needs."""
-    used = mask.any(dim=0).nonzero()
-    first = int(used[0]) if used.numel() else 0
-    if first:
-        kv = [(k[:, :, first:], v[:, :, first:]) for k, v in kv]
-        mask = mask[:, first:]
-    return _DecodeBatch(rows, _slab_cache(kv), mask, {s for s in rows if s is not None})
-
-
 @dataclass(slots=True)
 class _DecodeBatch:
     """The left-padded cache of every decoding sequence: row ``i`` belongs to ``rows[i]``."""
@@ -203,6 +185,18 @@ class _DecodeBatch:
     # Row ranges for attention, found at the batch's first step (~70 us for 100 rows). Every row
     # then grows by a token a step, so the best split stays put; departures only shrink needs.
     ranges: list[tuple[int, int]] | None = None
+
+
+def _runs(pairs: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(destination, source) row pairs, both increasing, as runs (first destination, first source, count)."""
+    runs: list[tuple[int, int, int]] = []
+    for dst, src in pairs:
+        if runs and runs[-1][0] + runs[-1][2] == dst and runs[-1][1] + runs[-1][2] == src:
+            first, source, count = runs[-1]
+            runs[-1] = (first, source, count + 1)
+        else:
+            runs.append((dst, src, 1))
+    return runs
 
 
 def _layers(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -222,6 +216,7 @@ class CausalLMRunner:
         self.device = "cpu"
         self.max_position_embeddings = 2048
         self.kv_bytes_per_token = 0
+        self._layer_count = 0
         self._threads = 0
         self._lean: LeanForward | None = None
         self._solo: dict[int, DynamicCache] = {}
@@ -250,7 +245,7 @@ class CausalLMRunner:
         self.codec = TextCodec(tokenizer)
         self._lean = lean_forward(self.model)
         text = config.get_text_config(decoder=True)
-        layers = int(text.num_hidden_layers)
+        layers = self._layer_count = int(text.num_hidden_layers)
         heads = int(text.num_attention_heads)
         kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
         head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
@@ -406,20 +401,12 @@ class CausalLMRunner:
                     self._solo[seq_id] = self._extract(batch, i)
                 batch.rows[i] = None
                 batch.live.discard(seq_id)
-            live = [i for i, s in enumerate(batch.rows) if s is not None]
-            dead = len(batch.rows) - len(live)
-            present = set(batch.rows)
-            joining = any(s not in present for s in decoding)
-            if not live:
-                self._batch = None
-            elif dead and (joining or dead * 4 >= len(batch.rows)):
-                index = torch.tensor(live, device=self.device)
-                kv = [(k.index_select(0, index), v.index_select(0, index)) for k, v in _layers(batch.cache)]
-                self._batch = _make_batch([batch.rows[i] for i in live], kv, batch.mask[live])
-        present = set(self._batch.rows) if self._batch is not None else set()
-        joining_ids = sorted(s for s in decoding if s not in present)
-        if joining_ids:
-            self._join(joining_ids)
+            if not batch.live:
+                self._batch = batch = None
+        joining = sorted(s for s in decoding if batch is None or s not in batch.live)
+        dead = 0 if batch is None else len(batch.rows) - len(batch.live)
+        if joining or (batch is not None and dead and dead * 4 >= len(batch.rows)):
+            self._rebuild(joining)
 
     def _extract(self, batch: _DecodeBatch, row: int) -> DynamicCache:
         length = int(batch.mask[row].sum())
@@ -430,35 +417,73 @@ class CausalLMRunner:
         ]
         return _cache_of([(k.clone(), v.clone()) for k, v in kv])
 
-    def _join(self, seq_ids: list[int]) -> None:
-        """Left-pad the joining caches and the batch to one length and concatenate them, once."""
-        parts: list[tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]] = []
-        rows: list[int | None] = []
-        if self._batch is not None:
-            parts.append((_layers(self._batch.cache), self._batch.mask))
-            rows.extend(self._batch.rows)
-        for seq_id in seq_ids:
+    def _rebuild(self, joining: list[int]) -> None:
+        """A new decode batch: the live rows and the joining sequences, longest first, in new slabs.
+
+        Each row's keys and values are copied once, into place. (Padding every part, concatenating,
+        reordering and copying the result into slabs copied the whole batch four times a join, and
+        while requests arrive a few at a time sequences join at most steps.)
+        """
+        batch = self._batch
+        # (cached length, sequence, row in the old batch or -1, its own cache's layers when joining)
+        entries: list[tuple[int, int, int, list[tuple[torch.Tensor, torch.Tensor]] | None]] = []
+        if batch is not None:
+            lengths = batch.mask.sum(dim=1).tolist()
+            entries += [(int(lengths[i]), s, i, None) for i, s in enumerate(batch.rows) if s is not None]
+        for seq_id in joining:
             cache = self._solo.pop(seq_id, None)
             if cache is None:
                 raise RuntimeError(f"sequence {seq_id} decodes without a prefilled cache")
             kv = _layers(cache)
-            parts.append((kv, torch.ones((1, kv[0][0].shape[2]), dtype=torch.long, device=self.device)))
-            rows.append(seq_id)
-        target = max(mask.shape[1] for _, mask in parts)
-        merged = []
-        for layer in range(len(parts[0][0])):
-            keys = [F.pad(kv[layer][0], (0, 0, target - mask.shape[1], 0)) for kv, mask in parts]
-            values = [F.pad(kv[layer][1], (0, 0, target - mask.shape[1], 0)) for kv, mask in parts]
-            merged.append((torch.cat(keys), torch.cat(values)))
-        mask = torch.cat([F.pad(m, (target - m.shape[1], 0)) for _, m in parts])
+            entries.append((int(kv[0][0].shape[2]), seq_id, -1, kv))
         # Longest first, so that decode steps can give ranges of shorter rows fewer key columns
-        # (every row then grows by one token a step, which keeps the order until the next join).
-        order = torch.argsort(mask.sum(dim=1), descending=True, stable=True)
-        if not torch.equal(order, torch.arange(len(rows), device=order.device)):
-            merged = [(k.index_select(0, order), v.index_select(0, order)) for k, v in merged]
-            mask = mask.index_select(0, order)
-            rows = [rows[i] for i in order.tolist()]
-        self._batch = _make_batch(rows, merged, mask)
+        # (every row then grows by one token a step, which keeps the order until the next rebuild).
+        entries.sort(key=lambda e: -e[0])
+        width = entries[0][0]
+        runs = _runs([(k, e[2]) for k, e in enumerate(entries) if e[3] is None])
+        layers = []
+        for index in range(self._layer_count):
+            kt, v = self._empty_slabs(batch, entries, index, width)
+            if runs:  # the old batch's rows keep their order: a slice copy per run of them
+                old = batch.cache.layers[index]  # type: ignore[union-attr]
+                cols = min(old._len, width)
+                for first, source, count in runs:
+                    kt[first : first + count, :, :, : width - cols] = 0
+                    v[first : first + count, :, : width - cols] = 0
+                    kt[first : first + count, :, :, width - cols : width] = old._kt[
+                        source : source + count, :, :, old._len - cols : old._len
+                    ]
+                    v[first : first + count, :, width - cols : width] = old._v[
+                        source : source + count, :, old._len - cols : old._len
+                    ]
+            for k, (length, _, _, own) in enumerate(entries):
+                if own is not None:
+                    keys, values = own[index]
+                    kt[k, :, :, : width - length] = 0
+                    v[k, :, : width - length] = 0
+                    kt[k, :, :, width - length : width] = keys[0].transpose(1, 2)
+                    v[k, :, width - length : width] = values[0]
+            layers.append(_SlabLayer(kt, v, width))
+        starts = width - torch.tensor([e[0] for e in entries], device=self.device)
+        mask = (torch.arange(width, device=self.device)[None, :] >= starts[:, None]).long()
+        rows: list[int | None] = [e[1] for e in entries]
+        self._batch = _DecodeBatch(rows, Cache(layers=layers), mask, {e[1] for e in entries})
+
+    @staticmethod
+    def _empty_slabs(
+        batch: _DecodeBatch | None, entries: list[Any], index: int, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Slabs for layer ``index``, not yet written (the caller zeroes every padding column: a
+        NaN there would reach real rows through 0 x NaN)."""
+        if batch is not None:
+            old = batch.cache.layers[index]
+            keys_t, values = old._kt, old._v
+            heads, key_dim, value_dim = keys_t.shape[1], keys_t.shape[2], values.shape[3]
+        else:
+            keys_t, values = next(e[3] for e in entries if e[3] is not None)[index]
+            heads, key_dim, value_dim = keys_t.shape[1], keys_t.shape[3], values.shape[3]
+        rows, capacity = len(entries), width + _SPARE_COLUMNS
+        return keys_t.new_empty((rows, heads, key_dim, capacity)), values.new_empty((rows, heads, capacity, value_dim))
 
     def _decode(self, decodes: dict[int, ScheduledChunk]) -> tuple[torch.Tensor, list[ScheduledChunk | None]]:
         """One forward for every row of the decode batch: its logits, and each row's chunk (None: departed)."""

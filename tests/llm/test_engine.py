@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 
 from tensorgate.backends import llm_backend
 from tensorgate.backends.base import Device
-from tensorgate.backends.llm_backend import CausalLMRunner, _row_ranges, _similar_widths
+from tensorgate.backends.llm_backend import CausalLMRunner, _row_ranges, _runs, _similar_widths
 from tensorgate.backends.llm_step import Sampled, SamplingParams, StepPlan
 from tensorgate.clock import MonotonicClock
 from tensorgate.errors import InternalError, InvalidInput
@@ -310,6 +310,13 @@ def test_decode_row_ranges_split_where_padding_would_waste_enough() -> None:
     lengths = [500] * 10 + [0] + [470] * 9 + [60] * 20
     assert _row_ranges(lengths) == [(0, 20), (20, 40)]
     assert _row_ranges([100, 99, 98]) == [(0, 3)]  # nothing to gain: one range
+
+
+def test_rows_that_keep_their_order_move_as_runs() -> None:
+    # Old rows 0-3 stay in order around two joining rows (new positions 2 and 5): two slice copies.
+    assert _runs([(0, 0), (1, 1), (3, 2), (4, 3)]) == [(0, 0, 2), (3, 2, 2)]
+    assert _runs([(0, 0), (1, 2), (2, 3)]) == [(0, 0, 1), (1, 2, 2)]  # a departed row 1 between
+    assert _runs([]) == []
 
 
 def test_prompts_are_grouped_only_where_padding_would_waste_enough() -> None:
