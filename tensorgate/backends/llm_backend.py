@@ -199,6 +199,18 @@ def _runs(pairs: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     return runs
 
 
+def _right_align(
+    kt: torch.Tensor, v: torch.Tensor, rows: slice, width: int, keys_t: torch.Tensor, values: torch.Tensor
+) -> None:
+    """Write ``rows`` of a slab pair filled to ``width``: ``keys_t`` (rows, heads, head_dim, n) and
+    ``values`` (rows, heads, n, head_dim) in the last n positions, zeros before them."""
+    start = width - keys_t.shape[3]
+    kt[rows, :, :, :start] = 0
+    v[rows, :, :start] = 0
+    kt[rows, :, :, start:width] = keys_t
+    v[rows, :, start:width] = values
+
+
 def _layers(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
@@ -448,21 +460,19 @@ class CausalLMRunner:
                 old = batch.cache.layers[index]  # type: ignore[union-attr]
                 cols = min(old._len, width)
                 for first, source, count in runs:
-                    kt[first : first + count, :, :, : width - cols] = 0
-                    v[first : first + count, :, : width - cols] = 0
-                    kt[first : first + count, :, :, width - cols : width] = old._kt[
-                        source : source + count, :, :, old._len - cols : old._len
-                    ]
-                    v[first : first + count, :, width - cols : width] = old._v[
-                        source : source + count, :, old._len - cols : old._len
-                    ]
-            for k, (length, _, _, own) in enumerate(entries):
+                    rows_in = slice(source, source + count)
+                    _right_align(
+                        kt,
+                        v,
+                        slice(first, first + count),
+                        width,
+                        old._kt[rows_in, :, :, old._len - cols : old._len],
+                        old._v[rows_in, :, old._len - cols : old._len],
+                    )
+            for k, (_, _, _, own) in enumerate(entries):
                 if own is not None:
                     keys, values = own[index]
-                    kt[k, :, :, : width - length] = 0
-                    v[k, :, : width - length] = 0
-                    kt[k, :, :, width - length : width] = keys[0].transpose(1, 2)
-                    v[k, :, width - length : width] = values[0]
+                    _right_align(kt, v, slice(k, k + 1), width, keys.transpose(2, 3), values)
             layers.append(_SlabLayer(kt, v, width))
         starts = width - torch.tensor([e[0] for e in entries], device=self.device)
         mask = (torch.arange(width, device=self.device)[None, :] >= starts[:, None]).long()

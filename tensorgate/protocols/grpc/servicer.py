@@ -54,6 +54,11 @@ def _metadata(context: Any) -> dict[str, str]:
     return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
 
 
+def _request_id(headers: dict[str, str]) -> str:
+    """The client's ``x-request-id`` when it is plain enough to echo, else one of our own."""
+    return client_request_id(headers.get("x-request-id")) or uuid.uuid4().hex
+
+
 def _timeout(request: InferRequest, context: Any) -> InferRequest:
     """The gRPC deadline becomes the request's timeout (the earlier of it and the V2 ``timeout``)."""
     remaining = context.time_remaining()
@@ -205,7 +210,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         headers = _metadata(context)
-        request_id = client_request_id(headers.get("x-request-id")) or uuid.uuid4().hex
+        request_id = _request_id(headers)
         ids: Metadata = (("x-request-id", request_id),)
         context.set_trailing_metadata(ids)
         return await self._guard(
@@ -218,7 +223,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         A failed request answers with ``error_message`` and the stream goes on.
         """
         headers = _metadata(context)
-        stream_id = client_request_id(headers.get("x-request-id")) or uuid.uuid4().hex
+        stream_id = _request_id(headers)
         context.set_trailing_metadata((("x-request-id", stream_id),))
         traceparent = headers.get("traceparent")
         window = asyncio.Semaphore(STREAM_WINDOW)
