@@ -51,6 +51,9 @@ class DataType(enum.Enum):
 
     @classmethod
     def from_numpy(cls, dtype: np.dtype[Any]) -> DataType:
+        found = _FROM_NUMPY.get(dtype)  # the common dtypes in one lookup
+        if found is not None:
+            return found
         if dtype.kind in ("O", "S", "U"):
             return cls.BYTES
         try:
