@@ -123,6 +123,8 @@ class _OneWriteCycle(RequestResponseCycle):  # type: ignore[misc]
     """
 
     transport: Any  # the connection's, or a stand-in while uvicorn writes
+    expected_content_length: int
+    keep_alive: bool
     _held = b""
 
     async def send(self, message: Any) -> None:
@@ -229,6 +231,8 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
     """
 
     header_timeout_s = 10.0
+    headers: list[tuple[bytes, bytes]]
+    cycle: Any
     _chunks = 0
     _header_bytes = 0
     _head_buffered = 0
