@@ -8,6 +8,7 @@ import socket
 import time
 from typing import Any
 
+import pytest
 from uvicorn.protocols.http.flow_control import FlowControl
 
 from tensorgate.protocols.http.listener import HttpListener, _OneWriteCycle
@@ -84,6 +85,45 @@ async def test_connection_close_still_writes_the_head_before_closing() -> None:
     assert len(transport.writes) == 1 and transport.writes[0].endswith(b"\r\n\r\n{}")
     assert b"connection: close" in transport.writes[0]
     assert transport.closed
+
+
+async def test_a_sized_body_sent_in_parts_follows_its_head() -> None:
+    cycle, transport = _cycle()
+    await cycle.send(_start(4))
+    await cycle.send({"type": "http.response.body", "body": b"ab", "more_body": True})
+    await cycle.send({"type": "http.response.body", "body": b"cd"})
+    assert b"".join(transport.writes).endswith(b"\r\n\r\nabcd")
+    assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    assert cycle.response_complete
+
+
+async def test_a_body_that_disagrees_with_its_length_is_an_error() -> None:
+    for sent in (b"abc", b"a"):
+        cycle, transport = _cycle()
+        await cycle.send(_start(2))
+        with pytest.raises(RuntimeError, match="Content-Length"):
+            await cycle.send({"type": "http.response.body", "body": sent})
+        assert not cycle.response_complete
+        assert transport.writes == []  # not a head without its body: the connection is closed instead
+
+
+async def test_an_app_that_asks_to_close_gets_one_connection_header_and_a_close() -> None:
+    cycle, transport = _cycle()
+    start = _start(2)
+    start["headers"].append((b"Connection", b"keep-alive, Close"))
+    await cycle.send(start)
+    await cycle.send({"type": "http.response.body", "body": b"{}"})
+    assert transport.writes[0].lower().count(b"connection:") == 1
+    assert transport.closed
+
+
+async def test_a_header_value_with_a_line_break_is_refused() -> None:
+    cycle, transport = _cycle()
+    start = _start(2)
+    start["headers"].append((b"x-request-id", b"a\r\nset-cookie: x"))
+    with pytest.raises(RuntimeError, match="invalid HTTP header"):
+        await cycle.send(start)
+    assert transport.writes == []
 
 
 async def test_a_stream_sends_its_head_before_its_first_event() -> None:
