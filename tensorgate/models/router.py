@@ -12,6 +12,10 @@ class ModelRouter:
     def __init__(self, manager: ModelManager) -> None:
         self._manager = manager
 
+    def knows(self, name: str) -> bool:
+        """Whether a model of this name is in the repository (its name was checked when it was found)."""
+        return name in self._manager.models
+
     def entry(self, name: str) -> ModelEntry:
         entry = self._manager.models.get(name)
         if entry is None:

@@ -83,7 +83,10 @@ class Call:
 
     method: str
     path: str
-    headers: dict[str, str]
+    # Raw, lower-case names (as the server hands them over) to raw values; a route decodes the few
+    # it reads (``header``) instead of every header being decoded for every request (~2 % of a
+    # small model's request).
+    headers: dict[bytes, bytes]
     request_id: str
     model: str = "-"
     version: str = "-"
@@ -91,9 +94,9 @@ class Call:
     queue_ms: float = 0.0
     compute_ms: float = 0.0
 
-
-def _headers(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    def header(self, name: bytes) -> str | None:
+        value = self.headers.get(name)
+        return None if value is None else value.decode("latin-1")
 
 
 class HttpApp:
@@ -122,9 +125,9 @@ class HttpApp:
             return
         if kind != "http":
             return
-        headers = _headers(scope)
-        request_id = client_request_id(headers.get("x-request-id")) or self._new_id()
-        call = Call(scope["method"], scope["path"], headers, request_id)
+        headers = dict(scope["headers"])  # a repeated header keeps its last value, as before
+        call = Call(scope["method"], scope["path"], headers, "")
+        call.request_id = client_request_id(call.header(b"x-request-id")) or self._new_id()
         started = self._clock.now()
         try:
             await self._route(call, receive, send)
@@ -170,7 +173,9 @@ class HttpApp:
                 self._only(call, "GET")
                 await self._json(call, send, 200, {"model_stats": self._service.statistics(None, None)})
                 return
-            name = check_model_name(parts[1])
+            name = parts[1]
+            if not self._service.router.knows(name):  # a known name was checked when its model was found
+                check_model_name(name)
             call.model = name
             rest = parts[2:]
             version: int | None = None
@@ -234,16 +239,16 @@ class HttpApp:
     # -- inference -------------------------------------------------------------------------------
 
     async def _body(self, call: Call, receive: Receive) -> bytes:
-        content_type = call.headers.get("content-type", "").split(";")[0].strip().lower()
+        content_type = (call.header(b"content-type") or "").split(";")[0].strip().lower()
         if content_type not in _ACCEPTED_TYPES:
             raise UnsupportedMedia(
                 f"unsupported Content-Type {content_type[:60]!r}; send application/json or application/octet-stream"
             )
-        length_header = call.headers.get("content-length")
+        length_header = call.header(b"content-length")
         length = int(length_header) if length_header and length_header.isdigit() else None
         limit = self._settings.max_body_bytes
         body = await read_body(receive, length, limit)
-        encoding = call.headers.get("content-encoding")
+        encoding = call.header(b"content-encoding")
         if encoding and len(body) > _OFFLOAD_BYTES // 8:
             # Inflating can reach the full limit (64 MiB by default): off the loop, like big decodes.
             return await asyncio.to_thread(decompress, body, encoding, limit)
@@ -258,7 +263,7 @@ class HttpApp:
     async def _infer_v2(self, call: Call, name: str, version: int | None, receive: Receive, send: Send) -> None:
         self._check_known(name, version)
         body = await self._body(call, receive)
-        header_length = parse_header_length(call.headers.get("inference-header-content-length"), len(body))
+        header_length = parse_header_length(call.header(b"inference-header-content-length"), len(body))
         decode = partial(
             decode_infer,
             body,
@@ -267,7 +272,7 @@ class HttpApp:
             version,
             self._settings.limits,
             request_id=call.request_id,
-            traceparent=call.headers.get("traceparent"),
+            traceparent=call.header(b"traceparent"),
         )
         try:
             if len(body) > _OFFLOAD_BYTES:
@@ -409,7 +414,7 @@ def _decode_v1(
 
 
 def _with_ids(request: InferRequest, call: Call) -> InferRequest:
-    return replace(request, request_id=call.request_id, traceparent=call.headers.get("traceparent"))
+    return replace(request, request_id=call.request_id, traceparent=call.header(b"traceparent"))
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -34,11 +34,12 @@ class CallLike(Protocol):
 
     method: str
     path: str
-    headers: dict[str, str]
     request_id: str
     model: str
     version: str
     status: int
+
+    def header(self, name: bytes) -> str | None: ...
 
 
 @runtime_checkable
@@ -87,7 +88,7 @@ def find_generator(service: InferenceService, name: str, version: int | None) ->
 
 
 async def read_json(receive: Receive, call: CallLike, limit: int) -> dict[str, Any]:
-    length_header = call.headers.get("content-length")
+    length_header = call.header(b"content-length")
     length = int(length_header) if length_header and length_header.isdigit() else None
     body = await read_body(receive, length, min(limit, MAX_JSON_BYTES))
     try:

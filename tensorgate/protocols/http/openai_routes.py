@@ -43,13 +43,13 @@ DEFAULT_COMPLETION_TOKENS = 16
 
 def is_generation_route(parts: list[str]) -> bool:
     """Whether a split path is one of ours (the app calls this first, then :meth:`GenerationRoutes.handle`)."""
-    if parts in (["v1", "completions"], ["v1", "chat", "completions"], ["v1", "models"]):
-        return True
-    return (
-        len(parts) in (4, 6)
-        and parts[0] == "v2"
-        and parts[1] == "models"
-        and parts[-1] in ("generate", "generate_stream")
+    last = parts[-1]  # checked first: most requests end in "infer" or "ready", and leave at once
+    if last in ("generate", "generate_stream"):
+        return len(parts) in (4, 6) and parts[0] == "v2" and parts[1] == "models"
+    return last in ("completions", "models") and parts in (
+        ["v1", "completions"],
+        ["v1", "chat", "completions"],
+        ["v1", "models"],
     )
 
 
