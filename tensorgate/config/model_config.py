@@ -141,3 +141,14 @@ class ModelConfig(Strict):
     onnxruntime: OnnxRuntimeOptions = Field(default_factory=OnnxRuntimeOptions)
     parameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
     llm: LLMSettings | None = None
+
+    @model_validator(mode="after")
+    def _batch_limits(self) -> ModelConfig:
+        db = self.dynamic_batching
+        limits = None if db is None else (db.max_batch_size, self.max_batch_size)
+        if limits is not None and limits[0] is not None and limits[1] is not None and limits[0] > limits[1]:
+            raise ValueError(
+                f"dynamic_batching.max_batch_size {limits[0]} is above max_batch_size {limits[1]}, "
+                "the most rows one call of the model takes"
+            )
+        return self

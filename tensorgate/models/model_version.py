@@ -77,6 +77,7 @@ class ModelVersion:
 
     async def infer(self, request: InferRequest) -> InferResponse:
         if not self.ready:
+            self.metrics.outcome("unavailable")
             raise Unavailable(
                 f"model '{self.name}' version {self.version} is not ready ({self.state.value})",
                 retry_after_s=1.0,

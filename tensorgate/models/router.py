@@ -43,6 +43,8 @@ class ModelRouter:
             return _explicit(entry, name, version)
         latest = entry.latest_ready()
         if latest is None:
+            if entry.versions:  # loaded but out of rotation (every instance down): counted on the newest
+                entry.versions[max(entry.versions)].metrics.outcome("unavailable")
             raise Unavailable(f"model '{name}' has no ready version", retry_after_s=1.0)
         return latest
 

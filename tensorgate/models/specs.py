@@ -102,9 +102,14 @@ def resolve_specs(
 
     db = config.dynamic_batching
     batching = db is not None and max_batch_size > 0
-    preferred = tuple(p for p in (db.preferred_batch_sizes if db else []) if p <= max(max_batch_size, 1))
+    # max_batch_size bounds one call of the model (and so one request); dynamic_batching's own
+    # max_batch_size, when both are given, bounds the batches the scheduler forms (config checks it is not above).
+    batch_rows = max_batch_size
+    if db is not None and db.max_batch_size is not None and max_batch_size > 0:
+        batch_rows = min(db.max_batch_size, max_batch_size)
+    preferred = tuple(p for p in (db.preferred_batch_sizes if db else []) if p <= max(batch_rows, 1))
     settings = BatchSettings(
-        max_rows=max_batch_size,
+        max_rows=batch_rows,
         batching=batching,
         max_queue_delay_s=(db.max_queue_delay_ms / 1000.0) if db else 0.0,
         preferred_rows=preferred,

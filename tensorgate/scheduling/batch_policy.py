@@ -19,8 +19,9 @@ from tensorgate.scheduling.request_queue import RequestQueue
 
 
 class ReleaseReason(enum.Enum):
-    FULL = "full"  # max rows reached, or the next request cannot join (shape or size)
-    PREFERRED = "preferred"  # reached the largest preferred batch size
+    FULL = "full"  # max rows reached, or the next request's rows would pass it
+    SHAPE = "shape"  # the next request's non-batch shape differs, so nothing behind it can join
+    PREFERRED = "preferred"  # the queued requests make a preferred batch size
     DELAY = "delay"  # the oldest request has waited max_queue_delay
     DEADLINE = "deadline"  # a member's deadline falls inside the delay window
     IDLE = "idle"  # every instance is idle: waiting cannot bring more work to batch with
@@ -44,8 +45,12 @@ class Decision:
     wake_at: float | None = None  # when to decide again if nothing else happens first
 
 
-def form_batch(queue: RequestQueue, settings: BatchSettings) -> tuple[list[Pending], bool]:
-    """The head of the queue as one batch, and whether something blocks it from growing further."""
+def form_batch(queue: RequestQueue, settings: BatchSettings) -> tuple[list[Pending], ReleaseReason | None]:
+    """The head of the queue as one batch, and what stops it from growing (None while it still can).
+
+    The queue is FIFO within a level, so a request that cannot join ends the batch: requests behind
+    it wait their turn rather than overtake it.
+    """
     batch: list[Pending] = []
     rows = 0
     for item in queue.in_order():
@@ -53,13 +58,32 @@ def form_batch(queue: RequestQueue, settings: BatchSettings) -> tuple[list[Pendi
             batch.append(item)
             rows = item.rows
             if not settings.batching:
-                return batch, True
+                return batch, ReleaseReason.SINGLE
             continue
-        if item.shape_key != batch[0].shape_key or rows + item.rows > settings.max_rows:
-            return batch, True
+        if item.shape_key != batch[0].shape_key:
+            return batch, ReleaseReason.SHAPE
+        if rows + item.rows > settings.max_rows:
+            return batch, ReleaseReason.FULL
         batch.append(item)
         rows += item.rows
-    return batch, False
+    return batch, ReleaseReason.FULL if rows >= settings.max_rows else None
+
+
+def preferred_cut(batch: list[Pending], preferred: tuple[int, ...]) -> int:
+    """How many of the batch's requests make the largest preferred size they reach exactly; 0 if none.
+
+    As in Triton: once the queued requests make a preferred size, that batch goes at once, cut at the
+    largest preferred size the queue can make, rather than waiting for a bigger batch that is not there.
+    """
+    largest = max(preferred)
+    rows = cut = 0
+    for index, item in enumerate(batch, start=1):
+        rows += item.rows
+        if rows > largest:
+            break
+        if rows in preferred:
+            cut = index
+    return cut
 
 
 def decide(
@@ -69,18 +93,15 @@ def decide(
         return Decision(None)
     if idle == 0:
         return Decision(None, wake_at=queue.next_deadline)
-    batch, blocked = form_batch(queue, settings)
-    if not settings.batching:
-        return Decision(batch, ReleaseReason.SINGLE)
-    rows = sum(p.rows for p in batch)
-    if rows >= settings.max_rows or blocked:
-        return Decision(batch, ReleaseReason.FULL)
+    batch, stop = form_batch(queue, settings)
+    if stop is not None:  # full, single, or blocked by a request of another shape: waiting cannot grow it
+        return Decision(batch, stop)
     if busy == 0:
         return Decision(batch, ReleaseReason.IDLE)
     if not holding_pays:
         return Decision(batch, ReleaseReason.NO_GAIN)
-    if settings.preferred_rows and rows >= max(settings.preferred_rows):
-        return Decision(batch, ReleaseReason.PREFERRED)
+    if settings.preferred_rows and (cut := preferred_cut(batch, settings.preferred_rows)):
+        return Decision(batch[:cut], ReleaseReason.PREFERRED)
     window_end = min(p.arrival for p in batch) + settings.max_queue_delay_s
     if now >= window_end:
         return Decision(batch, ReleaseReason.DELAY)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from tensorgate.types import InferRequest, InferResponse
 
@@ -20,4 +21,5 @@ class Pending:
     deadline: float | None
     future: asyncio.Future[InferResponse] | None = field(default=None, repr=False)
     attempts: int = 0
+    failed_on: Any = None  # the instance a failed attempt ran on: its retry goes elsewhere when it can
     dispatched_at: float | None = None

@@ -102,6 +102,7 @@ class Scheduler:
         self._clock = clock
         self._metrics = metrics
         self._depth_gauges = metrics.queue_depth_gauges(queue.priority_levels)
+        self._inflight_gauges = metrics.inflight_gauges(queue.priority_levels)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._running: set[asyncio.Future[None]] = set()  # one per batch on an instance, done when it ends
@@ -123,8 +124,13 @@ class Scheduler:
 
     async def submit(self, request: InferRequest, rows: int, shape_key: tuple[tuple[int, ...], ...]) -> InferResponse:
         """Admit, wait for the batch that carries this request, and return its own outputs."""
-        if self._closed:
-            raise Unavailable(f"model '{self.model}' version {self.version} is shutting down", retry_after_s=1.0)
+        try:
+            if self._closed:
+                raise Unavailable(f"model '{self.model}' version {self.version} is shutting down", retry_after_s=1.0)
+            priority = self._priority(request)
+        except TensorgateError as exc:
+            self._metrics.outcome(exc.outcome)
+            raise
         now = self._clock.now()
         timeout = request.timeout_s if request.timeout_s is not None else self._queue_settings.default_timeout_s
         deadline = None if timeout is None else now + timeout
@@ -133,7 +139,7 @@ class Scheduler:
             request=request,
             rows=rows,
             shape_key=shape_key,
-            priority=self._priority(request),
+            priority=priority,
             arrival=now,
             deadline=deadline,
             future=loop.create_future(),
@@ -143,7 +149,7 @@ class Scheduler:
         except QueueFull:
             self._metrics.outcome("queue_full")
             raise
-        self._metrics.inflight.inc()
+        self._inflight_gauges[priority - 1].inc()
         self._pump_soon()
         assert item.future is not None
         try:
@@ -165,7 +171,9 @@ class Scheduler:
             if self._queue.remove(item):
                 self._pump()
             item.future.cancel()
-            self._finish(item, "cancelled")
+            # A cancellation at the deadline is the deadline (gRPC's own timer fired first).
+            expired = deadline is not None and self._clock.now() >= deadline
+            self._finish(item, "timeout" if expired else "cancelled")
             raise
         except TensorgateError as exc:
             self._finish(item, exc.outcome)
@@ -175,7 +183,7 @@ class Scheduler:
 
     def _finish(self, item: Pending, outcome: str) -> None:
         elapsed = self._clock.now() - item.arrival
-        self._metrics.inflight.dec()
+        self._inflight_gauges[item.priority - 1].dec()
         self._metrics.outcome(outcome)
         self._metrics.request_seconds.observe(elapsed)
         stats = self.stats
@@ -207,21 +215,39 @@ class Scheduler:
         """Look at the queue again: an instance rejoined the pool (restarted, or became healthy)."""
         self._pump()
 
+    def fail_stranded(self) -> None:
+        """With no healthy instance left (a restart just failed), answer the queue now with 503.
+
+        Without this, requests with no deadline would wait for as long as a crash loop lasts;
+        while a restart is only under way they wait for it, since it may well succeed.
+        """
+        if self._pool.any_healthy() or len(self._queue) == 0:
+            return
+        for item in list(self._queue.in_order()):
+            self._queue.remove(item)
+            settle(
+                item.future,
+                Unavailable(
+                    f"model '{self.model}' has no healthy instance (restarting); retry later", retry_after_s=1.0
+                ),
+            )
+        self._publish_depth()
+
     def _pump(self) -> None:
         """Expire, then dispatch every batch the policy releases; arm a timer for the next look."""
         try:
             now = self._clock.now()
             for item in self._queue.expire(now):
-                settle(
-                    item.future, DeadlineExceeded(f"request to model '{self.model}' exceeded its deadline in the queue")
-                )
+                waited_ms = ((item.deadline or now) - item.arrival) * 1000
+                message = f"request to model '{self.model}' exceeded its deadline of {waited_ms:.0f} ms in the queue"
+                settle(item.future, DeadlineExceeded(message))
             pays = self.batch_cost is None or self.batch_cost.holding_pays
             while True:
                 decision = decide(self._queue, self._batch, now, self._pool.idle_count(), self._pool.busy_count(), pays)
                 if decision.batch is None:
                     self._arm(decision.wake_at)
                     break
-                instance = self._pool.acquire()
+                instance = self._pool.acquire(avoid=decision.batch[0].failed_on)
                 if instance is None:  # the policy saw an idle instance; nothing else takes one meanwhile
                     self._arm(None)
                     break
@@ -296,10 +322,12 @@ class Scheduler:
                 log.warning("instance %s died running a batch of %d: %s", instance.name, len(batch), error)
                 for item in batch:
                     item.attempts += 1
+                    item.failed_on = instance
                     if item.attempts > 1:
                         settle(item.future, InternalError(f"model '{self.model}' failed twice: its instance died"))
                     else:
                         retry.append(item)
+                        self._metrics.retries.inc()
                 return
             if isinstance(error, ModelFailed):
                 log.warning("model %s/%s raised on a batch of %d: %s", self.model, self.version, len(batch), error)

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from tensorgate.backends.base import Device
 from tensorgate.clock import MonotonicClock
-from tensorgate.errors import DeadlineExceeded, InternalError, QueueFull
+from tensorgate.errors import DeadlineExceeded, InternalError, InvalidInput, QueueFull, Unavailable
 from tensorgate.instances.base import Instance, InstanceDied
 from tensorgate.instances.pool import InstancePool
 from tensorgate.observability.metrics import Metrics
@@ -238,3 +238,97 @@ async def test_a_batch_that_dies_twice_fails_with_a_clear_error() -> None:
     scheduler = make(first, second, batching=False)
     with pytest.raises(InternalError, match="instance died"):
         await asyncio.wait_for(submit(scheduler, 1.0), 5.0)
+
+
+def _sample(scheduler_metrics: Metrics, name: str, **labels: str) -> float:
+    value = scheduler_metrics.registry.get_sample_value(name, {"model": "m", "version": "1", **labels})
+    return 0.0 if value is None else value
+
+
+def make_counted(
+    *instances: Instance, batching: bool = True, queue: QueueSettings | None = None
+) -> tuple[Scheduler, Metrics]:
+    metrics = Metrics(CollectorRegistry(), process=False)
+    scheduler = Scheduler(
+        "m",
+        1,
+        InstancePool(instances),
+        BatchSettings(8, batching, 0.0),
+        queue or QueueSettings(),
+        MonotonicClock(),
+        metrics.for_version("m", 1),
+    )
+    return scheduler, metrics
+
+
+class DiesButLooksHealthy(GatedInstance):
+    """Fails its batch as dead yet still reports healthy: a hung worker the instance is killing."""
+
+    async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        self.batches.append(np.array(inputs["x"]))
+        self.started.set()
+        await self.gate.wait()
+        raise InstanceDied("killed as hung")
+
+
+async def test_a_retry_avoids_the_instance_it_failed_on() -> None:
+    flaky, steady = DiesButLooksHealthy("flaky"), GatedInstance("steady", gated=False)
+    scheduler, metrics = make_counted(flaky, steady, batching=False)
+    first = asyncio.ensure_future(submit(scheduler, 1.0))  # round-robin: to the flaky instance
+    await asyncio.wait_for(flaky.started.wait(), 5.0)
+    assert (await asyncio.wait_for(submit(scheduler, 2.0), 5.0)).tolist() == [[20.0, 20.0]]  # to steady
+    flaky.gate.set()  # round-robin would now pick the flaky instance again for the retry
+    assert (await asyncio.wait_for(first, 5.0)).tolist() == [[10.0, 10.0]]
+    assert len(flaky.batches) == 1 and len(steady.batches) == 2
+    assert _sample(metrics, "tensorgate_request_retries_total") == 1
+
+
+async def test_queued_requests_wait_for_a_restart_and_are_answered_when_it_fails() -> None:
+    only = GatedInstance("only", die=True)
+    scheduler, metrics = make_counted(only, batching=False)
+    running = asyncio.ensure_future(submit(scheduler, 1.0))
+    await asyncio.wait_for(only.started.wait(), 5.0)
+    queued = [asyncio.ensure_future(submit(scheduler, 2.0)), asyncio.ensure_future(submit(scheduler, 3.0))]
+    await asyncio.sleep(0)
+    only.gate.set()  # the instance dies: its batch goes back to the head of the queue
+    for _ in range(100):  # the batch's end reaches the scheduler a loop turn or two after the instance
+        if not scheduler.running:
+            break
+        await asyncio.sleep(0)
+    assert scheduler.queued == 3 and not any(t.done() for t in [running, *queued])  # waiting for a restart
+    scheduler.fail_stranded()  # the restart failed: nothing healthy is left
+    for task in [running, *queued]:
+        with pytest.raises(Unavailable, match="no healthy instance"):
+            await asyncio.wait_for(task, 5.0)
+    assert scheduler.queued == 0
+    assert _sample(metrics, "tensorgate_requests_total", outcome="unavailable") == 3
+    assert _sample(metrics, "tensorgate_inflight_requests", priority="1") == 0
+
+
+async def test_in_flight_requests_are_counted_per_priority_and_bad_priorities_as_invalid() -> None:
+    instance = GatedInstance("a")
+    scheduler, metrics = make_counted(instance, batching=False, queue=QueueSettings(priority_levels=3))
+    tasks = [asyncio.ensure_future(submit(scheduler, float(v), priority=p)) for v, p in [(1, 3), (2, 1), (3, 3)]]
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    levels = {p: _sample(metrics, "tensorgate_inflight_requests", priority=p) for p in "123"}
+    assert levels == {"1": 1, "2": 0, "3": 2}
+    with pytest.raises(InvalidInput, match=r"priority 4 is outside 1\.\.3"):
+        await submit(scheduler, 9.0, priority=4)
+    assert _sample(metrics, "tensorgate_requests_total", outcome="invalid") == 1
+    instance.gate.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 5.0)
+    assert all(_sample(metrics, "tensorgate_inflight_requests", priority=p) == 0 for p in "123")
+    assert _sample(metrics, "tensorgate_requests_total", outcome="success") == 3
+
+
+async def test_a_default_timeout_bounds_requests_that_set_none() -> None:
+    instance = GatedInstance("a")
+    scheduler, metrics = make_counted(instance, batching=False, queue=QueueSettings(default_timeout_s=0.02))
+    running = asyncio.ensure_future(submit(scheduler, 0.0, timeout_s=30.0))  # its own timeout wins
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    with pytest.raises(DeadlineExceeded, match="exceeded its deadline of 20 ms"):
+        await asyncio.wait_for(submit(scheduler, 5.0), 5.0)  # sets none: the model's default applies
+    assert _sample(metrics, "tensorgate_requests_total", outcome="timeout") == 1
+    instance.gate.set()
+    assert (await asyncio.wait_for(running, 5.0)).tolist() == [[0.0, 0.0]]
+    assert all(5.0 not in batch for batch in instance.batches)
