@@ -12,8 +12,12 @@ import yaml
 
 # Adds 1 to its input after sleeping ``delay_ms``; ``first_call_ms`` makes the first call slow
 # (the cost a warm-up must absorb). ``busy: true`` burns CPU holding the GIL instead of sleeping.
+# ``running_dir``: a file named after the process id exists there while a batch runs (a test can
+# then kill a worker in the middle of one).
 DELAY_MODEL = """
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -27,8 +31,18 @@ class Delay(PythonModel):
         self.first = float(params.get("first_call_ms", 0)) / 1000.0
         self.busy = bool(params.get("busy", False))
         self.crash_marker = params.get("crash_marker")
+        self.running = Path(params["running_dir"]) / str(os.getpid()) if "running_dir" in params else None
 
     def execute(self, inputs):
+        if self.running is not None:
+            self.running.touch()
+        try:
+            return self._execute(inputs)
+        finally:
+            if self.running is not None:
+                self.running.unlink()
+
+    def _execute(self, inputs):
         x = inputs["INPUT"]
         if self.first:
             time.sleep(self.first)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from tensorgate.backends.base import Device
 from tensorgate.instances.batch_tensors import merge_inputs
@@ -39,6 +39,10 @@ class Instance(abc.ABC):
         # Set by the owner to hear when the instance leaves or rejoins rotation (restart, death).
         self.on_health_change: HealthListener | None = None
         self.on_restart: Callable[[Instance], None] | None = None
+        self.on_restart_failed: Callable[[Instance], None] | None = None
+        # Run on a restarted instance before it rejoins rotation (the version's warm-up samples), so
+        # no client pays for a cold start after a crash either. Raises ModelLoadError to fail the restart.
+        self.warm: Callable[[Instance], Awaitable[None]] | None = None
         self._batches: set[asyncio.Task[dict[str, Array]]] = set()  # referenced until done
 
     @abc.abstractmethod

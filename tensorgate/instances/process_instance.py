@@ -64,7 +64,8 @@ class ProcessInstance(Instance):
         self._seq = 0
         self._inputs_spec: tuple[TensorSpec, ...] = ()
         self._outputs_spec: tuple[TensorSpec, ...] = ()
-        self._healthy = False
+        self._healthy = False  # in rotation: the pool may hand it batches
+        self._running = False  # the worker is up and answering (also while warming, before rotation)
         self._closing = False
         self._watch: asyncio.Task[None] | None = None
         self._restart_task: asyncio.Task[None] | None = None
@@ -73,6 +74,7 @@ class ProcessInstance(Instance):
 
     async def start(self) -> None:
         await self._spawn()
+        self._set_health(True)
 
     async def _spawn(self) -> None:
         inputs = Region.create(f"tg-{self.name}-in", 1 << 16)
@@ -124,7 +126,7 @@ class ProcessInstance(Instance):
         self._inputs_spec = _specs(frame.meta["inputs"])
         self._outputs_spec = _specs(frame.meta["outputs"])
         self._watch = asyncio.get_running_loop().create_task(self._watch_worker(process, reader))
-        self._set_health(True)
+        self._running = True
         log.info("worker %s started (pid %d)", self.name, process.pid)
 
     @property
@@ -151,6 +153,7 @@ class ProcessInstance(Instance):
 
     async def _terminate(self) -> None:
         self._set_health(False)
+        self._running = False
         if self._watch is not None and self._watch is not asyncio.current_task():
             self._watch.cancel()
         if self._writer is not None:
@@ -181,7 +184,7 @@ class ProcessInstance(Instance):
 
     async def _execute_parts(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
         """The requests' inputs go straight to their rows in shared memory, merged there (one copy)."""
-        if not self._healthy or self._writer is None or self._inputs is None or self._outputs is None:
+        if not self._running or self._writer is None or self._inputs is None or self._outputs is None:
             raise InstanceDied(f"worker {self.name} is not running")
         self._seq = (self._seq + 1) & 0xFFFFFFFF
         described = write_batch(self._inputs, parts)
@@ -192,6 +195,8 @@ class ProcessInstance(Instance):
             frame = await asyncio.wait_for(asyncio.shield(future), EXECUTE_TIMEOUT_S)
         except TimeoutError:
             log.error("worker %s hung for %.0f s on one batch: killing it", self.name, EXECUTE_TIMEOUT_S)
+            self._running = False
+            self._set_health(False)  # out of rotation now, so the retry of this batch goes elsewhere
             self._kill()
             raise InstanceDied(f"worker {self.name} hung") from None
         finally:
@@ -228,21 +233,30 @@ class ProcessInstance(Instance):
         except Exception:  # a malformed frame: treat the worker as broken
             log.exception("worker %s sent a bad frame", self.name)
             self._kill()
+        self._running = False
         code = await process.wait()
         if self._pending is not None and not self._pending.done():
             self._pending.set_exception(InstanceDied(f"worker {self.name} exited with code {code}"))
         if self._closing:
             return
-        log.warning("worker %s (pid %d) exited with code %s: restarting", self.name, process.pid, code)
         self._set_health(False)
+        if self._restart_task is not None and not self._restart_task.done():
+            # It died while a restart was warming it up: that restart sees the failure and goes on.
+            log.warning("worker %s (pid %d) exited with code %s while restarting", self.name, process.pid, code)
+            return
+        log.warning("worker %s (pid %d) exited with code %s: restarting", self.name, process.pid, code)
         self._restart_task = asyncio.get_running_loop().create_task(self._restart())
 
     async def _restart(self) -> None:
         """Start the worker again, backing off (capped at 30 s) for as long as starts keep failing.
 
-        The instance stays out of rotation meanwhile; after ``CRASH_LOOP_LIMIT`` failures in a row
-        the crash loop is logged once, and the tries go on (backing off to the cap), so a fixed cause (a disk
-        that filled, a device that came back) brings the instance back without a server restart.
+        The instance stays out of rotation meanwhile, and rejoins only once it has run the version's
+        warm-up. Every failed try is reported (``on_restart_failed``: the scheduler then answers what
+        is queued rather than leave it waiting on a crash loop); after ``CRASH_LOOP_LIMIT`` failures in
+        a row the crash loop is logged once, and the tries go on (backing off to the cap), so a fixed
+        cause (a disk that filled, a device that came back) brings the instance back without a server
+        restart. Nothing a start raises ends the loop: an instance that silently stopped trying would
+        stay down for good.
         """
         await self._terminate_quietly()
         attempt = 0
@@ -253,8 +267,16 @@ class ProcessInstance(Instance):
             attempt += 1
             try:
                 await self._spawn()
-            except ModelLoadError as exc:
-                log.error("worker %s restart %d failed: %s", self.name, attempt, exc)
+                if self.warm is not None:
+                    await self.warm(self)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if isinstance(exc, ModelLoadError):
+                    log.error("worker %s restart %d failed: %s", self.name, attempt, exc)
+                else:
+                    log.exception("worker %s restart %d failed", self.name, attempt)
+                await self._terminate()
                 if attempt == CRASH_LOOP_LIMIT:
                     log.error(
                         "worker %s failed %d restarts in a row: a crash loop; it stays out of rotation "
@@ -263,7 +285,12 @@ class ProcessInstance(Instance):
                         CRASH_LOOP_LIMIT,
                         BACKOFF_S[-1],
                     )
+                if self.on_restart_failed is not None:
+                    self.on_restart_failed(self)
                 continue
+            if self._closing:
+                return
+            self._set_health(True)
             if self.on_restart is not None:
                 self.on_restart(self)
             return

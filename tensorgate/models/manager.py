@@ -8,6 +8,7 @@ and models keep serving.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -142,6 +143,14 @@ class ModelManager:
             vmetrics.instance_health(instance.name, True)
             instance.on_health_change = _health_listener(model_version)
             instance.on_restart = _restart_listener(model_version)
+            instance.on_restart_failed = _restart_failed_listener(model_version)
+            instance.warm = functools.partial(
+                warm_up,
+                samples=source.config.warmup,
+                specs=specs.inputs,
+                batched=specs.max_batch_size > 0,
+                directory=vsource.directory,
+            )
         model_version.state = VersionState.READY
         status.state = VersionState.READY
         entry.versions[version] = model_version
@@ -178,6 +187,13 @@ def _restart_listener(version: ModelVersion) -> Callable[[Instance], None]:
         version.metrics.instance_restart(instance.name)
 
     return restarted
+
+
+def _restart_failed_listener(version: ModelVersion) -> Callable[[Instance], None]:
+    def failed(instance: Instance) -> None:
+        version.scheduler.fail_stranded()  # nothing healthy left: what is queued is answered now
+
+    return failed
 
 
 async def _close_all(instances: list[Instance]) -> None:

@@ -24,14 +24,16 @@ def _workers(server: ServerProcess) -> list[int]:
 
 
 async def test_killing_a_worker_under_load_loses_no_request(tmp_path: Path) -> None:
+    running = tmp_path / "running"
+    running.mkdir()
     write_python_model(
-        tmp_path,
+        tmp_path / "repo",
         "delay",
-        parameters={"delay_ms": 20},
+        parameters={"delay_ms": 150, "running_dir": str(running)},
         dynamic_batching={"max_queue_delay_ms": 2},
         instance_group=[{"count": 2, "isolation": "process"}],
     )
-    with ServerProcess("--model-repository", str(tmp_path)) as server:
+    with ServerProcess("--model-repository", str(tmp_path / "repo")) as server:
         workers = _workers(server)
         assert len(workers) == 2
         failures: list[str] = []
@@ -47,13 +49,16 @@ async def test_killing_a_worker_under_load_loses_no_request(tmp_path: Path) -> N
                     done += 1
 
         async def killer() -> None:
-            await asyncio.sleep(0.7)
+            # In the middle of a batch: the worker's marker exists only while it runs one (150 ms).
+            await asyncio.to_thread(wait_until, (running / str(workers[0])).exists, 10.0)
             os.kill(workers[0], signal.SIGKILL)
 
-        until = time.monotonic() + 2.5
+        until = time.monotonic() + 3.0
         await asyncio.gather(*(client(i, until) for i in range(8)), killer())
         assert failures == []
-        assert done > 50
+        assert done > 20
+        # The batch the worker died in was retried on the other instance, not lost or failed.
+        assert metric(server.metrics_url, "tensorgate_request_retries_total", model="delay") >= 1
         await asyncio.to_thread(
             wait_until, lambda: metric(server.metrics_url, "tensorgate_instance_restarts_total", model="delay") == 1
         )
@@ -62,6 +67,27 @@ async def test_killing_a_worker_under_load_loses_no_request(tmp_path: Path) -> N
         async with httpx.AsyncClient() as http:
             assert (await http.get(f"{server.url}/v2/health/ready")).status_code == 200
         assert metric(server.metrics_url, "tensorgate_instance_healthy", model="delay") == 2
+
+
+def test_a_restarted_worker_is_warmed_up_before_it_takes_requests(tmp_path: Path) -> None:
+    """The first call of each new worker process is slow; a worker restarted after a crash runs the
+    warm-up before it rejoins, so the first request it serves is as fast as any."""
+    write_python_model(
+        tmp_path,
+        "cold",
+        parameters={"delay_ms": 1, "first_call_ms": 1500},
+        instance_group=[{"count": 1, "isolation": "process"}],
+        warmup=[{"name": "zeros", "inputs": "zeros", "batch_size": 1, "count": 1}],
+    )
+    with ServerProcess("--model-repository", str(tmp_path)) as server:
+        [worker] = _workers(server)
+        os.kill(worker, signal.SIGKILL)
+        wait_until(lambda: metric(server.metrics_url, "tensorgate_instance_restarts_total", model="cold") == 1, 30)
+        # Back in rotation only after its warm-up (the restart took the 1.5 s first call itself).
+        assert httpx.get(f"{server.url}/v2/models/cold/ready").status_code == 200
+        first, steady = _first_and_steady(server)
+    assert first < 0.5
+    assert first < steady * 5 + 0.05
 
 
 def test_worker_processes_run_on_the_cpus_their_group_names(tmp_path: Path) -> None:
@@ -172,3 +198,45 @@ def test_a_crash_looping_worker_takes_the_model_out_of_readiness_until_it_recove
         marker.unlink()
         wait_until(lambda: httpx.get(f"{server.url}/v2/models/crashy/ready").status_code == 200, timeout_s=45)
         assert httpx.post(f"{server.url}/v2/models/crashy/infer", json=v2_body([[1, 2, 3, 4]])).status_code == 200
+
+
+SLOW_CRASHY_MODEL = CRASHY_MODEL.replace(
+    "    def execute(self, inputs):\n",
+    "    def execute(self, inputs):\n        import time\n\n        time.sleep(0.3)\n",
+)
+
+
+async def test_requests_queued_on_a_worker_that_cannot_restart_are_answered_not_stranded(tmp_path: Path) -> None:
+    """One instance, requests running and queued on it, then it dies and cannot come back: they are
+    answered with 503 as soon as the restart fails, instead of waiting out a crash loop (they carry
+    no deadline, so nothing else would ever end them)."""
+    marker = tmp_path / "broken"
+    write_python_model(
+        tmp_path / "repo",
+        "crashy",
+        code=SLOW_CRASHY_MODEL,
+        max_batch_size=1,
+        parameters={"marker": str(marker)},
+        instance_group=[{"count": 1, "isolation": "process"}],
+    )
+    with ServerProcess("--model-repository", str(tmp_path / "repo")) as server:
+        [worker] = _workers(server)
+        async with httpx.AsyncClient(timeout=60.0) as http:
+            calls = [
+                asyncio.ensure_future(http.post(f"{server.url}/v2/models/crashy/infer", json=v2_body([[i] * 4])))
+                for i in range(3)
+            ]
+            await asyncio.to_thread(
+                wait_until, lambda: metric(server.metrics_url, "tensorgate_inflight_requests", model="crashy") == 3
+            )
+            marker.write_text("from now on the model fails to load")
+            killed_at = time.monotonic()
+            os.kill(worker, signal.SIGKILL)
+            responses = await asyncio.wait_for(asyncio.gather(*calls), 20.0)
+            answered_after = time.monotonic() - killed_at
+        assert [r.status_code for r in responses] == [503, 503, 503]
+        assert all("no healthy instance" in r.json()["error"] for r in responses)
+        assert all(r.headers.get("retry-after") for r in responses)
+        assert answered_after < 10.0  # the first restart (at once) failed: no waiting for the next tries
+        assert metric(server.metrics_url, "tensorgate_inflight_requests", model="crashy") == 0
+        marker.unlink()
