@@ -73,8 +73,10 @@ class Server:
         config_source: str = "configuration",
         clock: Clock | None = None,
         metrics: Metrics | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.config = config
+        self._given_tracer = tracer  # None: built from the config at start
         self._config_dir = config_dir or Path.cwd()
         self._config_source = config_source
         self.clock = clock or MonotonicClock()
@@ -110,7 +112,7 @@ class Server:
 
     async def start(self) -> None:
         section = self.config.server
-        self.tracer = build_tracer(section.trace_exporter, section.trace_sample_ratio)
+        self.tracer = self._given_tracer or build_tracer(section.trace_exporter, section.trace_sample_ratio)
         self.manager.tracer = self.tracer
         if section.host not in ("127.0.0.1", "localhost", "::1"):
             log.warning(
@@ -154,14 +156,15 @@ class Server:
         section = self.config.server
         if section.grpc_port is None:
             return
+        max_message = section.grpc_max_message_bytes or section.max_body_bytes
         self._grpc = GrpcListener(
             self.service,
-            GrpcSettings(limits=GrpcLimits(section.max_elements, section.max_body_bytes), access=self.access_log),
+            GrpcSettings(limits=GrpcLimits(section.max_elements, max_message), access=self.access_log),
             self.tracer,
             self.clock,
             host=section.host,
             port=section.grpc_port,
-            max_message_bytes=section.max_body_bytes,
+            max_message_bytes=max_message,
         )
         await self._grpc.start()
         self.ports["grpc"] = self._grpc.port

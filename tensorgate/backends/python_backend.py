@@ -82,9 +82,34 @@ class PythonBackend(Backend):
     def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         assert self._model is not None, "execute before load"
         results = self._model.execute(inputs)
-        return {name: np.asarray(value) for name, value in results.items()}
+        if not isinstance(results, Mapping):
+            raise TypeError(f"execute returned {type(results).__name__}, not a dict of output arrays")
+        return {spec.name: _declared(spec, results) for spec in self._outputs}
 
     def close(self) -> None:
         if self._model is not None:
             self._model.unload()
             self._model = None
+
+
+def _declared(spec: TensorSpec, results: Mapping[str, object]) -> Array:
+    """One output as config.yaml declares it: present, and of its datatype (numbers cast within their kind).
+
+    Checked here, on the instance, so a model that returns the wrong thing fails with a message that
+    names the output instead of breaking the batch split or the encoder further down.
+    """
+    if spec.name not in results:
+        raise ValueError(f"execute returned no output '{spec.name}' (it returned {sorted(map(str, results))})")
+    array = np.asarray(results[spec.name])
+    if spec.datatype is DataType.BYTES:
+        if array.dtype.kind not in "OSU":
+            raise ValueError(f"output '{spec.name}' is declared BYTES but execute returned {array.dtype}")
+        return array
+    wanted = spec.datatype.numpy
+    if array.dtype == wanted:
+        return array
+    if not np.can_cast(array.dtype, wanted, casting="same_kind") and not (
+        array.dtype.kind in "biu" and wanted.kind in "f"
+    ):
+        raise ValueError(f"output '{spec.name}' is declared {spec.datatype.value} but execute returned {array.dtype}")
+    return array.astype(wanted)

@@ -26,6 +26,7 @@ _FLAG_KEYS = {
     "drain_delay": "drain_delay_s",
     "exit_timeout": "exit_timeout_s",
     "max_body_bytes": "max_body_bytes",
+    "grpc_max_message_bytes": "grpc_max_message_bytes",
     "trace_exporter": "trace_exporter",
     "trace_sample_ratio": "trace_sample_ratio",
 }
@@ -44,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain-delay", type=float, help="seconds to keep serving after SIGTERM")
     parser.add_argument("--exit-timeout", type=float, help="seconds to finish in-flight requests on shutdown")
     parser.add_argument("--max-body-bytes", type=int, help="largest accepted request body (default 64 MiB)")
+    parser.add_argument(
+        "--grpc-max-message-bytes", type=int, help="largest gRPC message either way (default: --max-body-bytes)"
+    )
     parser.add_argument("--no-metrics", action="store_true", help="record no metrics and open no metrics port")
     parser.add_argument("--no-access-log", action="store_true", help="write no per-request access log lines")
     parser.add_argument(

@@ -22,6 +22,9 @@ class ServerSection(Strict):
     access_log: bool = True
     model_repository: Path | None = None
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
+    # The largest gRPC message either way; None: the HTTP body limit, so both protocols take the same
+    # tensors (gRPC's own default of 4 MiB is under one 640x640 RGB image in FP32).
+    grpc_max_message_bytes: int | None = Field(default=None, ge=1024)
     max_json_depth: int = Field(default=100, ge=2, le=1000)
     max_elements: int = Field(default=1 << 28, ge=1)
     drain_delay_s: float = Field(default=0.0, ge=0)

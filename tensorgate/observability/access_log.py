@@ -63,10 +63,7 @@ class AccessLog:
         if self._json:
             # The constant part of every line is written as bytes, not merged into the dict.
             return b"".join((b'{"ts":"', stamp.encode(), _CONSTANT, orjson.dumps(fields)[1:], b"\n"))
-        return (
-            f"{stamp} ACCESS  {fields.get('method', '')} {fields.get('path', '')} {fields.get('status', '')} "
-            f"{fields.get('total_ms', 0)} ms request_id={fields.get('request_id', '')}\n"
-        ).encode()
+        return _text_line(stamp, fields).encode()
 
     def flush(self) -> None:
         if self._scheduled is not None:
@@ -81,3 +78,14 @@ class AccessLog:
             self._stream.flush()
         except (OSError, ValueError):  # a closed or full stream must not take a request down
             pass
+
+
+def _text_line(stamp: str, fields: dict[str, Any]) -> str:
+    """The same fields for a terminal: what was asked, how it ended, where the time went."""
+    target = fields.get("path") or fields.get("model", "")
+    return (
+        f"{stamp} ACCESS  {fields.get('protocol', '')} {fields.get('method', '')} {target} {fields.get('status', '')} "
+        f"model={fields.get('model', '-')} version={fields.get('version', '-')} "
+        f"queue_ms={fields.get('queue_ms', 0):.2f} compute_ms={fields.get('compute_ms', 0):.2f} "
+        f"total_ms={fields.get('total_ms', 0):.2f} request_id={fields.get('request_id', '')}\n"
+    )

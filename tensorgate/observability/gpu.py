@@ -1,7 +1,8 @@
 """GPU utilization and memory through NVML, when a GPU and the NVML bindings are present.
 
 A Prometheus collector, so the numbers are read at scrape time, never on the request path.
-On a machine without a GPU (or without ``nvidia-ml-py``) it registers nothing.
+On a machine without a GPU (or without ``nvidia-ml-py``: ``pip install 'tensorgate[gpu]'``) it
+registers nothing.
 """
 
 from __future__ import annotations
@@ -51,9 +52,10 @@ def register_gpu_metrics(registry: CollectorRegistry) -> bool:
         import pynvml  # type: ignore[import-not-found]
 
         pynvml.nvmlInit()
-    except Exception:  # no bindings, no driver, or no GPU: nothing to report
+        collector = NvmlCollector(pynvml)
+    except Exception:  # no bindings, no driver, or no GPU: nothing to report, and the server still starts
+        log.info("no GPU metrics: NVML is not available here")
         return False
-    collector = NvmlCollector(pynvml)
     if collector.count == 0:
         return False
     registry.register(collector)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
+from tensorgate.errors import OUTCOME_BY_CODE
 from tensorgate.observability.gpu import register_gpu_metrics
 from tensorgate.observability.loop_metrics import Counter, Gauge, Histogram, LoopCollector
 
@@ -41,7 +42,8 @@ LATENCY_BUCKETS = (
 )
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
 LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-OUTCOMES = ("success", "invalid", "queue_full", "timeout", "cancelled", "error", "unavailable")
+# Every outcome a request can end with: success, queue_full, and each reason of the error table.
+OUTCOMES = ("success", "queue_full", *dict.fromkeys(OUTCOME_BY_CODE.values()))
 
 
 class _Null:
@@ -119,6 +121,13 @@ class Metrics:
             )
         )
         self.executions = r(Counter("tensorgate_executions", "Model executions (batches run).", mv))
+        self.retries = r(
+            Counter(
+                "tensorgate_request_retries",
+                "Requests requeued because the instance running them died (each is retried once).",
+                mv,
+            )
+        )
         self.queue_depth = r(
             Gauge(
                 "tensorgate_queue_depth",
@@ -126,7 +135,13 @@ class Metrics:
                 [*mv, "priority"],
             )
         )
-        self.inflight = r(Gauge("tensorgate_inflight_requests", "Requests admitted and not yet answered.", mv))
+        self.inflight = r(
+            Gauge(
+                "tensorgate_inflight_requests",
+                "Requests admitted and not yet answered (queued or running), per priority level.",
+                [*mv, "priority"],
+            )
+        )
         self.instance_healthy = r(
             Gauge(
                 "tensorgate_instance_healthy",
@@ -187,7 +202,7 @@ class Metrics:
             compute_seconds=self.compute_seconds.labels(model, v),
             batch_size=self.batch_size.labels(model, v),
             executions=self.executions.labels(model, v),
-            inflight=self.inflight.labels(model, v),
+            retries=self.retries.labels(model, v),
         )
 
 
@@ -204,7 +219,7 @@ class VersionMetrics:
     compute_seconds: Any
     batch_size: Any
     executions: Any
-    inflight: Any
+    retries: Any
 
     def outcome(self, name: str) -> None:
         self.outcomes[name].inc()
@@ -215,6 +230,10 @@ class VersionMetrics:
     def queue_depth_gauges(self, levels: int) -> list[Any]:
         """One bound gauge per priority level (index 0 is level 1), for the scheduler to keep."""
         return [self.metrics.queue_depth.labels(self.model, self.version, str(level)) for level in range(1, levels + 1)]
+
+    def inflight_gauges(self, levels: int) -> list[Any]:
+        """One bound in-flight gauge per priority level (index 0 is level 1)."""
+        return [self.metrics.inflight.labels(self.model, self.version, str(level)) for level in range(1, levels + 1)]
 
     def instance_health(self, instance: str, healthy: bool) -> None:
         self.metrics.instance_healthy.labels(self.model, self.version, instance).set(1 if healthy else 0)

@@ -32,3 +32,25 @@ def test_disabled_log_writes_nothing() -> None:
     stream = io.BytesIO()
     AccessLog(stream, enabled=False).record({"request_id": "a"})
     assert stream.getvalue() == b""
+
+
+def test_text_lines_carry_the_same_fields_as_json() -> None:
+    stream = io.BytesIO()
+    log = AccessLog(stream, fmt="text")
+    log.record(
+        {
+            "request_id": "r-1",
+            "protocol": "grpc",
+            "method": "ModelInfer",
+            "model": "mlp",
+            "version": "2",
+            "status": "OK",
+            "queue_ms": 1.25,
+            "compute_ms": 0.5,
+            "total_ms": 2.0,
+        }
+    )
+    [line] = stream.getvalue().decode().splitlines()
+    assert " ACCESS  grpc ModelInfer mlp OK " in line
+    for part in ("model=mlp", "version=2", "queue_ms=1.25", "compute_ms=0.50", "total_ms=2.00", "request_id=r-1"):
+        assert part in line.split(), line

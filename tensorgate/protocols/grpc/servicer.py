@@ -59,6 +59,11 @@ def _request_id(headers: dict[str, str]) -> str:
     return client_request_id(headers.get("x-request-id")) or uuid.uuid4().hex
 
 
+def _past_deadline(context: Any) -> bool:
+    remaining = context.time_remaining()
+    return remaining is not None and remaining <= 0
+
+
 def _timeout(request: InferRequest, context: Any) -> InferRequest:
     """The gRPC deadline becomes the request's timeout (the earlier of it and the V2 ``timeout``)."""
     remaining = context.time_remaining()
@@ -172,18 +177,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         """Decode, run and encode one request; raises TensorgateError for the caller to report."""
         started = self._clock.now()
         outcome = "OK"
-        timings = [0.0, 0.0]  # queue and compute seconds, filled in by _run on success
+        served = _Served(message.model_version[:20] or "-")
         try:
             with self._tracer.request(rpc, traceparent, {"rpc.system": "grpc", "rpc.method": rpc}) as span:
-                return await self._run(message, context, request_id, traceparent, span, timings)
+                return await self._run(message, context, request_id, traceparent, span, served)
         except TensorgateError as exc:
             outcome = exc.grpc_status
             raise
         except asyncio.CancelledError:
-            outcome = "CANCELLED"
+            # grpc.aio cancels the handler when the client cancels, and when the deadline passes.
+            outcome = "DEADLINE_EXCEEDED" if _past_deadline(context) else "CANCELLED"
             raise
         finally:
-            self._access(rpc, message, request_id, outcome, started, timings)
+            self._access(rpc, message, request_id, outcome, started, served)
 
     async def _run(
         self,
@@ -192,18 +198,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         request_id: str,
         traceparent: str | None,
         span: RequestSpan,
-        timings: list[float],
+        served: _Served,
     ) -> Any:
         try:
-            request = codec.decode_infer(message, self._settings.limits)
+            request = _timeout(codec.decode_infer(message, self._settings.limits), context)
         except TensorgateError as exc:
             if message.model_name:
                 self._service.count_failure(message.model_name, _version_or_none(message.model_version), exc)
             raise
-        request = _timeout(request, context)
         request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent)
         response = await self._service.infer(request)
-        timings[0], timings[1] = response.queue_s, response.compute_s
+        served.version, served.queue_s, served.compute_s = str(response.version), response.queue_s, response.compute_s
         span.record(response)
         with span.child("encode"):
             return codec.encode_infer(response)
@@ -268,9 +273,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         answer.infer_response.model_name = message.model_name
         return answer
 
-    def _access(
-        self, rpc: str, message: Any, request_id: str, status: str, started: float, timings: list[float]
-    ) -> None:
+    def _access(self, rpc: str, message: Any, request_id: str, status: str, started: float, served: _Served) -> None:
         access = self._settings.access
         if access is None or not access.enabled:
             return
@@ -280,13 +283,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 "protocol": "grpc",
                 "method": rpc,
                 "model": message.model_name[:128] or "-",
-                "version": message.model_version[:20] or "-",
+                "version": served.version,
                 "status": status,
-                "queue_ms": timings[0] * 1000,
-                "compute_ms": timings[1] * 1000,
+                "queue_ms": served.queue_s * 1000,
+                "compute_ms": served.compute_s * 1000,
                 "total_ms": (self._clock.now() - started) * 1000,
             }
         )
+
+
+@dataclass(slots=True)
+class _Served:
+    """What the access line reports of a request: the version that served it (the one asked for,
+    until an answer names it), and its queue and compute seconds."""
+
+    version: str
+    queue_s: float = 0.0
+    compute_s: float = 0.0
 
 
 def _version_or_none(text: str) -> int | None:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from tensorgate.clock import Clock
 from tensorgate.errors import (
@@ -43,8 +43,9 @@ from tensorgate.protocols.http.v2_codec import (
 )
 from tensorgate.protocols.request_ids import client_request_id
 from tensorgate.repository.names import check_model_name, parse_version
-from tensorgate.types import InferRequest, TensorSpec
+from tensorgate.types import InferRequest, InferResponse, TensorSpec
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -282,8 +283,7 @@ class HttpApp:
         except TensorgateError as exc:
             self._service.count_failure(name, version, exc)
             raise
-        response = await self._run(call, request, receive)
-        payload, json_length = encode_infer(response, prefs)
+        payload, json_length = await self._run(call, request, receive, partial(encode_infer, prefs=prefs))
         extra = [] if json_length is None else [(b"inference-header-content-length", str(json_length).encode())]
         await self._send(call, send, 200, payload, [_BINARY if json_length is not None else _JSON, *extra])
 
@@ -300,11 +300,14 @@ class HttpApp:
         except TensorgateError as exc:
             self._service.count_failure(name, version, exc)
             raise
-        response = await self._run(call, request, receive)
-        await self._json(call, send, 200, encode_predict(response, rows))
+        document = await self._run(call, request, receive, partial(encode_predict, rows=rows))
+        await self._json(call, send, 200, document)
 
-    async def _run(self, call: Call, request: InferRequest, receive: Receive) -> Any:
-        """Call the core while watching the connection: a client that leaves cancels its request."""
+    async def _run(
+        self, call: Call, request: InferRequest, receive: Receive, encode: Callable[[InferResponse], T]
+    ) -> T:
+        """Call the core while watching the connection (a client that leaves cancels its request),
+        then encode the answer: both inside the request's span, the encoding as its own child span."""
         if not request.request_id:  # decoders that cannot carry the ids (V1) get them here
             request = _with_ids(request, call)
         task = asyncio.current_task()
@@ -324,10 +327,11 @@ class HttpApp:
             finally:
                 watch.close()
             span.record(response)
-        call.version = str(response.version)
-        call.queue_ms = response.queue_s * 1000
-        call.compute_ms = response.compute_s * 1000
-        return response
+            call.version = str(response.version)
+            call.queue_ms = response.queue_s * 1000
+            call.compute_ms = response.compute_s * 1000
+            with span.child("encode"):
+                return encode(response)
 
     def _v1_status(self, name: str, version: int | None) -> dict[str, Any]:
         entry = self._service.router.entry(name)

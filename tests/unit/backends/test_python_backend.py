@@ -1,0 +1,120 @@
+"""``backend: python``: loading model.py, its refusals, the declared outputs, and unload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tensorgate.backends.base import Device, LoadSpec
+from tensorgate.backends.python_backend import PythonBackend
+from tensorgate.config.model_config import ModelConfig
+from tensorgate.errors import ModelLoadError
+
+HEADER = "import numpy as np\nfrom tensorgate import PythonModel\n\n"
+TENSORS = {
+    "inputs": [{"name": "INPUT", "datatype": "FP32", "shape": [-1, 2]}],
+    "outputs": [
+        {"name": "OUTPUT", "datatype": "FP32", "shape": [-1, 2]},
+        {"name": "LABEL", "datatype": "BYTES", "shape": [-1]},
+    ],
+}
+
+
+def _load(tmp_path: Path, code: str, **config: object) -> PythonBackend:
+    version = tmp_path / "scorer" / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    artifact = version / "model.py"
+    artifact.write_text(HEADER + code)
+    spec = LoadSpec("scorer", 1, artifact, version, ModelConfig(backend="python", **{**TENSORS, **config}), Device())
+    backend = PythonBackend()
+    backend.load(spec)
+    return backend
+
+
+GOOD = """
+class Scorer(PythonModel):
+    def load(self, context):
+        self.scale = float(context.parameters.get("scale", 1.0))
+        self.log = context.directory / "unloaded"
+
+    def execute(self, inputs):
+        x = inputs["INPUT"]
+        return {"OUTPUT": x * self.scale, "LABEL": np.array([b"row"] * len(x), dtype=object), "EXTRA": x}
+
+    def unload(self):
+        self.log.write_text("yes")
+"""
+
+
+def test_a_model_runs_with_its_parameters_and_unloads(tmp_path: Path) -> None:
+    backend = _load(tmp_path, GOOD, parameters={"scale": 3})
+    outputs = backend.execute({"INPUT": np.ones((2, 2), np.float32)})
+    assert set(outputs) == {"OUTPUT", "LABEL"}  # only declared outputs leave the backend
+    assert outputs["OUTPUT"].dtype == np.float32 and outputs["OUTPUT"].tolist() == [[3, 3], [3, 3]]
+    backend.close()
+    assert (tmp_path / "scorer" / "1" / "unloaded").read_text() == "yes"
+
+
+def test_numbers_of_a_wider_type_are_cast_to_the_declared_one(tmp_path: Path) -> None:
+    code = """
+class Scorer(PythonModel):
+    def execute(self, inputs):
+        n = len(inputs["INPUT"])
+        return {"OUTPUT": np.zeros((n, 2), np.float64) + 0.5, "LABEL": np.array(["a"] * n)}
+"""
+    outputs = _load(tmp_path, code).execute({"INPUT": np.ones((1, 2), np.float32)})
+    assert outputs["OUTPUT"].dtype == np.float32 and outputs["OUTPUT"].tolist() == [[0.5, 0.5]]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('return {"LABEL": np.array([b"x"])}', "execute returned no output 'OUTPUT' (it returned ['LABEL'])"),
+        (
+            'return {"OUTPUT": np.array([["a", "b"]]), "LABEL": np.array([b"x"])}',
+            "declared FP32 but execute returned <U1",
+        ),
+        (
+            'return {"OUTPUT": np.zeros((1, 2), np.float32), "LABEL": np.zeros(1)}',
+            "declared BYTES but execute returned float64",
+        ),
+        ("return [1, 2]", "execute returned list, not a dict of output arrays"),
+    ],
+)
+def test_outputs_that_break_the_declaration_fail_with_a_message_naming_them(
+    tmp_path: Path, body: str, message: str
+) -> None:
+    code = f"\nclass Scorer(PythonModel):\n    def execute(self, inputs):\n        {body}\n"
+    backend = _load(tmp_path, code)
+    with pytest.raises((ValueError, TypeError)) as raised:
+        backend.execute({"INPUT": np.ones((1, 2), np.float32)})
+    assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        ("x = 1\n", "must define exactly one tensorgate.PythonModel subclass, found 0"),
+        ("class A(PythonModel):\n    pass\n\nclass B(PythonModel):\n    pass\n", "found 2"),
+        ("raise ImportError('no such wheel')\n", "model.py raised on import: ImportError: no such wheel"),
+        (
+            "class A(PythonModel):\n    def load(self, context):\n        raise RuntimeError('weights missing')\n",
+            "A.load raised RuntimeError: weights missing",
+        ),
+    ],
+)
+def test_a_model_py_that_cannot_load_fails_with_the_reason(tmp_path: Path, code: str, message: str) -> None:
+    with pytest.raises(ModelLoadError) as raised:
+        _load(tmp_path, code)
+    assert message in str(raised.value)
+
+
+def test_a_python_model_must_declare_its_tensors(tmp_path: Path) -> None:
+    version = tmp_path / "bare" / "1"
+    version.mkdir(parents=True)
+    (version / "model.py").write_text(HEADER + GOOD)
+    spec = LoadSpec("bare", 1, version / "model.py", version, ModelConfig(backend="python"), Device())
+    with pytest.raises(ModelLoadError, match=r"declares its inputs in config\.yaml; bare has none"):
+        PythonBackend().load(spec)
