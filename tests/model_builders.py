@@ -53,7 +53,7 @@ class Delay(PythonModel):
                 pass
         else:
             time.sleep(self.delay)
-        if float(np.max(x, initial=0.0)) < -1e6:
+        if float(np.min(x, initial=0.0)) < -1e6:
             raise ValueError("model refuses inputs below -1e6")
         return {"OUTPUT": (x + 1.0).astype(np.float32)}
 """

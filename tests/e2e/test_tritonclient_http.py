@@ -57,3 +57,27 @@ def test_unknown_model_is_an_error(client: httpclient.InferenceServerClient) -> 
 
     with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
         client.get_model_metadata("nope")
+
+
+def test_inference_statistics_count_exactly_what_ran(client: httpclient.InferenceServerClient) -> None:
+    """Triton's statistics extension over HTTP, read by tritonclient's own call."""
+    inp = httpclient.InferInput("features", [3, 16], "FP32")
+    inp.set_data_from_numpy(np.ones((3, 16), np.float32))
+    before = client.get_inference_statistics("mlp")["model_stats"][0]
+    for _ in range(2):
+        client.infer("mlp", [inp])
+    after = client.get_inference_statistics("mlp")["model_stats"][0]
+    assert (after["name"], after["version"]) == ("mlp", "1")
+    assert after["inference_count"] - before["inference_count"] == 6
+    assert after["execution_count"] - before["execution_count"] == 2
+    stats, old = after["inference_stats"], before["inference_stats"]
+    for step in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+        assert stats[step]["count"] - old[step]["count"] == 2, step
+    assert stats["fail"]["count"] == old["fail"]["count"]
+    assert stats["success"]["ns"] > old["success"]["ns"]
+    by_size = {b["batch_size"]: b["compute_infer"]["count"] for b in after["batch_stats"]}
+    before_size = {b["batch_size"]: b["compute_infer"]["count"] for b in before["batch_stats"]}
+    assert by_size[3] - before_size.get(3, 0) == 2
+    version_stats = client.get_inference_statistics("mlp", model_version="1")["model_stats"]
+    assert [s["version"] for s in version_stats] == ["1"]
+    assert {s["name"] for s in client.get_inference_statistics()["model_stats"]} == {"cnn", "mlp"}

@@ -8,6 +8,7 @@ import grpc
 import numpy as np
 import pytest
 from grpc_helpers import wait_inflight
+from model_builders import metric, wait_until
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tensorgate.testing import ServerProcess
@@ -165,10 +166,25 @@ def test_tensor_over_4_mib_goes_through(py_stub: Stub) -> None:
     )
 
 
-def test_grpc_deadline_becomes_deadline_exceeded(py_stub: Stub) -> None:
-    message = _request(model="slow", shape=(1, 4), raw=[np.ones((1, 4), np.float32).tobytes()])
-    code, _ = _code(py_stub.ModelInfer, message, timeout=0.15)
+def test_grpc_deadline_becomes_the_requests_deadline(python_server: ServerProcess, py_stub: Stub) -> None:
+    """Not only the client's own timer: the server drops the request at the deadline, so it never
+    reaches the model, and counts it as a timeout."""
+    stats = service_pb2.ModelStatisticsRequest(name="slow")
+    py_stub.ModelInfer(_x("slow", 0.0), timeout=30)  # runs after anything earlier tests left running
+    runs = py_stub.ModelStatistics(stats, timeout=30).model_stats[0].inference_count
+    timeouts = metric(python_server.metrics_url, "tensorgate_requests_total", model="slow", outcome="timeout")
+    running = py_stub.ModelInfer.future(_x("slow", 1.0), timeout=30)  # occupies the only instance for 1 s
+    wait_inflight(python_server, "slow", 1)
+    code, _ = _code(py_stub.ModelInfer, _x("slow", 2.0), timeout=0.15)  # waits in the queue past 150 ms
     assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+    wait_until(
+        lambda: (
+            metric(python_server.metrics_url, "tensorgate_requests_total", model="slow", outcome="timeout")
+            == timeouts + 1
+        )
+    )
+    assert running.result().model_name == "slow"
+    assert py_stub.ModelStatistics(stats, timeout=30).model_stats[0].inference_count == runs + 1
 
 
 def test_v2_timeout_parameter_becomes_deadline_exceeded(py_stub: Stub) -> None:

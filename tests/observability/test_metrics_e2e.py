@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 
+import grpc
 import httpx
+import numpy as np
 import pytest
-from model_builders import metric, v2_body, write_python_model
+from model_builders import metric, v2_body, wait_until, write_python_model
 from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tensorgate.testing import ServerProcess
 
@@ -20,6 +23,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
     write_python_model(
         repo, "slow", parameters={"delay_ms": 1000}, dynamic_batching={"max_batch_size": 1, "max_queue_size": 1}
     )
+    write_python_model(repo, "lazy", parameters={"delay_ms": 400}, dynamic_batching={"max_batch_size": 1})
     with ServerProcess("--model-repository", str(repo)) as process:
         yield process
 
@@ -130,3 +134,104 @@ def test_request_id_is_echoed_or_generated_and_logged(server: ServerProcess) -> 
     line = match[0]
     assert line["model"] == "fast" and line["version"] == "1" and line["status"] == 200
     assert line["protocol"] == "http" and "queue_ms" in line and "compute_ms" in line
+
+
+def _grpc_request(model: str, value: float) -> service_pb2.ModelInferRequest:
+    message = service_pb2.ModelInferRequest(model_name=model)
+    message.inputs.add(name="INPUT", datatype="FP32", shape=[1, 4])
+    message.raw_input_contents.append(np.full((1, 4), value, np.float32).tobytes())
+    return message
+
+
+def test_every_outcome_reconciles_over_http_and_grpc(server: ServerProcess) -> None:
+    """Successes, refusals, model errors, timeouts and cancellations, some over each protocol: the
+    counters move by exactly what the clients saw."""
+    outcomes = ("success", "invalid", "error", "timeout", "cancelled")
+
+    def counts(model: str) -> dict[str, float]:
+        return {o: metric(server.metrics_url, "tensorgate_requests_total", model=model, outcome=o) for o in outcomes}
+
+    fast, lazy = counts("fast"), counts("lazy")
+    statuses: list[object] = []
+    with httpx.Client(timeout=30.0) as http, grpc.insecure_channel(server.grpc_address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        url = f"{server.url}/v2/models"
+        for i in range(5):
+            statuses.append(http.post(f"{url}/fast/infer", json=v2_body([[i, 0, 0, 0]])).status_code)
+        for i in range(4):
+            statuses.append(stub.ModelInfer(_grpc_request("fast", i), timeout=30).model_name)
+        bad = {"inputs": [{"name": "INPUT", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]}]}
+        statuses += [http.post(f"{url}/fast/infer", json=bad).status_code for _ in range(2)]
+        statuses += [http.post(f"{url}/fast/infer", json=v2_body([[-2e6, 0, 0, 0]])).status_code for _ in range(3)]
+        for _ in range(2):
+            with pytest.raises(grpc.RpcError) as failed:
+                stub.ModelInfer(_grpc_request("fast", -2e6), timeout=30)
+            statuses.append(failed.value.code())
+        # lazy runs 400 ms a request, one at a time: a 50 ms timeout passes while running or queued.
+        statuses += [
+            http.post(f"{url}/lazy/infer", json=v2_body([[0, 0, 0, 0]], timeout=50_000)).status_code for _ in range(2)
+        ]
+        with pytest.raises(grpc.RpcError) as late:
+            stub.ModelInfer(_grpc_request("lazy", 0.0), timeout=0.1)  # the gRPC deadline is the request's
+        statuses.append(late.value.code())
+        running = stub.ModelInfer.future(_grpc_request("lazy", 1.0), timeout=30)
+        queued = stub.ModelInfer.future(_grpc_request("lazy", 2.0), timeout=30)
+        wait_until(lambda: metric(server.metrics_url, "tensorgate_inflight_requests", model="lazy") == 2)
+        queued.cancel()
+        statuses.append(running.result().model_name)
+    assert statuses == (
+        [200] * 5
+        + ["fast"] * 4
+        + [400] * 2
+        + [500] * 3
+        + [grpc.StatusCode.INTERNAL] * 2
+        + [504] * 2
+        + [grpc.StatusCode.DEADLINE_EXCEEDED, "lazy"]
+    )
+    expected_fast = {**fast, "success": fast["success"] + 9, "invalid": fast["invalid"] + 2, "error": fast["error"] + 5}
+    expected_lazy = {**lazy, "success": lazy["success"] + 1, "timeout": lazy["timeout"] + 3}
+    expected_lazy["cancelled"] = lazy["cancelled"] + 1
+    wait_until(lambda: counts("fast") == expected_fast and counts("lazy") == expected_lazy, timeout_s=10)
+
+
+def test_batch_sizes_and_release_reasons_are_recorded(server: ServerProcess) -> None:
+    before_rows = metric(server.metrics_url, "tensorgate_batch_size_sum", model="fast")
+    before_batches = metric(server.metrics_url, "tensorgate_batch_size_count", model="fast")
+    before_single = metric(server.metrics_url, "tensorgate_batch_releases_total", model="fast", reason="single")
+    with httpx.Client(timeout=30.0) as http:
+        for rows in (1, 3, 2):  # unbatched model (no dynamic_batching): one release each
+            body = v2_body([[r, 0, 0, 0] for r in range(rows)])
+            assert http.post(f"{server.url}/v2/models/fast/infer", json=body).status_code == 200
+    assert metric(server.metrics_url, "tensorgate_batch_size_sum", model="fast") == before_rows + 6
+    assert metric(server.metrics_url, "tensorgate_batch_size_count", model="fast") == before_batches + 3
+    assert (
+        metric(server.metrics_url, "tensorgate_batch_releases_total", model="fast", reason="single")
+        == before_single + 3
+    )
+
+
+def test_grpc_requests_get_an_access_line_naming_the_version_that_served(server: ServerProcess) -> None:
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        _, call = stub.ModelInfer.with_call(
+            _grpc_request("fast", 1.0), metadata=(("x-request-id", "grpc-line-1"),), timeout=30
+        )
+        assert ("x-request-id", "grpc-line-1") in tuple(call.trailing_metadata())
+        with pytest.raises(grpc.RpcError):
+            stub.ModelInfer(_grpc_request("fast", -2e6), metadata=(("x-request-id", "grpc-line-2"),), timeout=30)
+
+    def lines() -> dict[str, dict[str, object]]:
+        records = [r for r in server.log_records() if r.get("logger") == "tensorgate.access"]
+        return {str(r["request_id"]): r for r in records if str(r.get("request_id", "")).startswith("grpc-line-")}
+
+    wait_until(lambda: len(lines()) == 2, timeout_s=5)
+    ok, failed = lines()["grpc-line-1"], lines()["grpc-line-2"]
+    assert (ok["protocol"], ok["method"], ok["model"], ok["version"], ok["status"]) == (
+        "grpc",
+        "ModelInfer",
+        "fast",
+        "1",  # the client named no version: the line says which one served
+        "OK",
+    )
+    assert float(ok["compute_ms"]) > 0  # type: ignore[arg-type]
+    assert failed["status"] == "INTERNAL"

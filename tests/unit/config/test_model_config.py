@@ -53,6 +53,23 @@ def test_the_delay_window_can_be_made_unconditional() -> None:
 
 
 @pytest.mark.parametrize(
+    ("config", "request_rows", "batch_rows"),
+    [
+        ({"max_batch_size": 8, "dynamic_batching": {}}, 8, 8),
+        ({"dynamic_batching": {"max_batch_size": 16}}, 16, 16),  # the form: one limit for both
+        ({"max_batch_size": 8, "dynamic_batching": {"max_batch_size": 2}}, 8, 2),  # requests of 8, batches of 2
+        ({"max_batch_size": 8, "dynamic_batching": {"max_batch_size": 2, "preferred_batch_sizes": [2, 4]}}, 8, 2),
+    ],
+)
+def test_batch_limits(config: dict[str, object], request_rows: int, batch_rows: int) -> None:
+    spec = (TensorSpec("x", DataType.FP32, (-1, 2)),)
+    resolved = resolve_specs("m", spec, spec, validate(ModelConfig, config, "m/config.yaml"))
+    assert resolved.max_batch_size == request_rows
+    assert resolved.batch.max_rows == batch_rows
+    assert all(size <= batch_rows for size in resolved.batch.preferred_rows)
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         ("max_batch_size: -1", "key 'max_batch_size': Input should be greater than or equal to 0"),
@@ -69,6 +86,10 @@ def test_the_delay_window_can_be_made_unconditional() -> None:
         ("dynamic_batching: {preferred_batch_sizes: [0]}", "preferred_batch_sizes must be positive"),
         ("dynamic_batching: {max_queue_size: 0}", "key 'dynamic_batching.max_queue_size'"),
         ("warmup: [{inputs: file}]", "needs a 'file' key"),
+        (
+            "max_batch_size: 4\ndynamic_batching: {max_batch_size: 8}",
+            "dynamic_batching.max_batch_size 8 is above max_batch_size 4",
+        ),
         ("- a\n- b", "expected a mapping at the top level"),
         ("max_batch_size: [1", "not valid YAML"),
         ("!!python/object/apply:os.system ['true']", "not valid YAML"),
