@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import orjson
+import pytest
 
 from tensorgate.observability.access_log import AccessLog
 
@@ -54,3 +55,21 @@ def test_text_lines_carry_the_same_fields_as_json() -> None:
     assert " ACCESS  grpc ModelInfer mlp OK " in line
     for part in ("model=mlp", "version=2", "queue_ms=1.25", "compute_ms=0.50", "total_ms=2.00", "request_id=r-1"):
         assert part in line.split(), line
+
+
+def test_each_line_carries_its_own_millisecond(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The line prefix is made once per millisecond: records in the same one share it, the next differs."""
+    stream = io.BytesIO()
+    log = AccessLog(stream)
+    times = iter([1_700_000_000.1234, 1_700_000_000.1236, 1_700_000_000.1251, 1_700_000_001.0])
+    monkeypatch.setattr("tensorgate.observability.access_log.time.time", lambda: next(times))
+    for index in range(4):
+        log.record({"request_id": str(index)})
+    log.flush()
+    stamps = [orjson.loads(line)["ts"] for line in stream.getvalue().splitlines()]
+    assert stamps == [
+        "2023-11-14T22:13:20.123Z",
+        "2023-11-14T22:13:20.123Z",
+        "2023-11-14T22:13:20.125Z",
+        "2023-11-14T22:13:21.000Z",
+    ]

@@ -362,9 +362,13 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         if not isinstance(parts, _BodyParts):  # uvicorn sets a fresh bytearray after every read
             parts = self.cycle.body = _BodyParts(parts)
         parts.append(body)
+        # The app is woken once the body is complete (uvicorn's on_message_complete), not per chunk:
+        # a 600 KB tensor arrives in about ten reads, and each wake-up was a task step, a receive
+        # message and a join of what had come so far. Past the high-water mark it is woken too, to
+        # take what is buffered (its size limit counts it) and let reading resume.
         if len(parts) > BODY_HIGH_WATER_BYTES:
             self.flow.pause_reading()
-        self.cycle.message_event.set()
+            self.cycle.message_event.set()
 
     def send_400_response(self, msg: str) -> None:
         status, message = self._refusal or (400, "invalid HTTP request")
