@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -30,7 +29,7 @@ from tensorgate.protocols.grpc import codec
 from tensorgate.protocols.grpc.errors import Metadata, abort
 from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 from tensorgate.protocols.grpc.generated import grpc_service_pb2_grpc as pb_grpc
-from tensorgate.protocols.request_ids import client_request_id
+from tensorgate.protocols.request_ids import RequestIds
 from tensorgate.repository.names import check_model_name
 from tensorgate.types import InferRequest
 
@@ -52,11 +51,6 @@ class GrpcSettings:
 
 def _metadata(context: Any) -> dict[str, str]:
     return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
-
-
-def _request_id(headers: dict[str, str]) -> str:
-    """The client's ``x-request-id`` when it is plain enough to echo, else one of our own."""
-    return client_request_id(headers.get("x-request-id")) or uuid.uuid4().hex
 
 
 def _past_deadline(context: Any) -> bool:
@@ -88,6 +82,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         self._settings = settings
         self._tracer = tracer
         self._clock = clock
+        self._ids = RequestIds()
 
     async def _guard(self, context: Any, call: Callable[[], Awaitable[T]], ids: Metadata = ()) -> T:
         try:
@@ -215,7 +210,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         headers = _metadata(context)
-        request_id = _request_id(headers)
+        request_id = self._ids.of(headers.get("x-request-id"))
         ids: Metadata = (("x-request-id", request_id),)
         context.set_trailing_metadata(ids)
         return await self._guard(
@@ -228,7 +223,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         A failed request answers with ``error_message`` and the stream goes on.
         """
         headers = _metadata(context)
-        stream_id = _request_id(headers)
+        stream_id = self._ids.of(headers.get("x-request-id"))
         context.set_trailing_metadata((("x-request-id", stream_id),))
         traceparent = headers.get("traceparent")
         window = asyncio.Semaphore(STREAM_WINDOW)

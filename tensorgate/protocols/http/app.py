@@ -8,9 +8,7 @@ is a visible share of a 1 ms inference; the routes are few and fixed.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -41,7 +39,7 @@ from tensorgate.protocols.http.v2_codec import (
     loads_object,
     parse_header_length,
 )
-from tensorgate.protocols.request_ids import client_request_id
+from tensorgate.protocols.request_ids import RequestIds
 from tensorgate.repository.names import check_model_name, parse_version
 from tensorgate.types import InferRequest, InferResponse, TensorSpec
 
@@ -115,9 +113,7 @@ class HttpApp:
         self._clock = clock
         self._access_log = access if access is not None else AccessLog(enabled=False)
         self._watches = DisconnectWatches()
-        # Request ids: a random per-process prefix and a counter; unique, and cheaper than uuid4.
-        self._id_prefix = os.urandom(6).hex()
-        self._ids = itertools.count(1)
+        self._ids = RequestIds()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -128,7 +124,7 @@ class HttpApp:
             return
         headers = dict(scope["headers"])  # a repeated header keeps its last value, as before
         call = Call(scope["method"], scope["path"], headers, "")
-        call.request_id = client_request_id(call.header(b"x-request-id")) or self._new_id()
+        call.request_id = self._ids.of(call.header(b"x-request-id"))
         started = self._clock.now()
         try:
             await self._route(call, receive, send)
@@ -388,9 +384,6 @@ class HttpApp:
             await self._send(call, send, exc.http_status, dumps({"error": exc.message}), headers)
         except Exception:  # the response had already started, or the client is gone
             log.debug("could not send the error response for %s", call.path)
-
-    def _new_id(self) -> str:
-        return f"{self._id_prefix}{next(self._ids):x}"
 
     def _access(self, call: Call, started: float) -> None:
         if not self._access_log.enabled:
