@@ -22,6 +22,7 @@ import orjson
 from tensorgate.clock import Clock, MonotonicClock
 from tensorgate.config.server_config import ServerConfig
 from tensorgate.errors import ConfigError
+from tensorgate.memory import tune_malloc
 from tensorgate.models.manager import ModelManager
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
@@ -112,6 +113,7 @@ class Server:
 
     async def start(self) -> None:
         section = self.config.server
+        tune_malloc()
         self.tracer = self._given_tracer or build_tracer(section.trace_exporter, section.trace_sample_ratio)
         self.manager.tracer = self.tracer
         if section.host not in ("127.0.0.1", "localhost", "::1"):

@@ -16,6 +16,7 @@ from typing import Any
 from tensorgate.bench.job import Job, run_async, run_job
 from tensorgate.bench.results import RunResult, merge
 from tensorgate.clock import MonotonicClock
+from tensorgate.memory import tune_malloc
 
 _START_TIMEOUT_S = 120.0
 
@@ -41,6 +42,7 @@ def split(job: Job, processes: int) -> list[Job]:
 
 
 def _child(job: Job, barrier: Any, results: Any) -> None:
+    tune_malloc()  # a spawned child starts with glibc's defaults again
     try:
         clock = MonotonicClock()
         result = run_async(lambda: run_job(job, clock, before=lambda: barrier.wait(_START_TIMEOUT_S)))

@@ -27,6 +27,7 @@ from tensorgate.bench.targets.factory import is_streaming
 from tensorgate.bench.targets.openai import DEFAULT_PROMPT
 from tensorgate.bench.units import parse_duration
 from tensorgate.clock import MonotonicClock
+from tensorgate.memory import tune_malloc
 
 SLO_MISSED = 3
 
@@ -153,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.rate is not None:
         print("tensorgate bench: -c and --rate exclude each other", file=sys.stderr)
         return 2
+    tune_malloc()  # the client shares the machine with the server it measures: it must cost little
     try:
         return _bench(args)
     except (RuntimeError, ValueError, OSError) as exc:

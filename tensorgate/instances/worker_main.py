@@ -33,6 +33,7 @@ from tensorgate.instances.wire import (
     read_tensors,
     write_tensors,
 )
+from tensorgate.memory import tune_malloc
 
 _PR_SET_PDEATHSIG = 1
 
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpus:  # before any thread starts, so every thread the backend starts inherits them
         os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
     _die_with_parent()
+    tune_malloc()  # as the server does: batches read from shared memory are copied into fresh arrays
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     spec = load_spec_from_json(sys.stdin.readline())
     control = socket.socket(fileno=args.control_fd)
