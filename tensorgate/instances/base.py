@@ -27,6 +27,10 @@ class ModelFailed(Exception):
     """The model itself raised on a batch. Not retried: the same inputs would fail again."""
 
 
+# A batch running longer is taken as hung: it fails as InstanceDied (retried once elsewhere) and
+# the instance leaves rotation until it answers (a thread) or is killed and restarted (a worker).
+HUNG_BATCH_S = 120.0
+
 HealthListener = Callable[["Instance", bool], None]
 # How a batch ends: ``(outputs, None)`` or ``(None, error)``, called on the event loop.
 BatchDone = Callable[[dict[str, Array] | None, BaseException | None], None]
@@ -39,11 +43,18 @@ class Instance(abc.ABC):
         # Set by the owner to hear when the instance leaves or rejoins rotation (restart, death).
         self.on_health_change: HealthListener | None = None
         self.on_restart: Callable[[Instance], None] | None = None
-        self.on_restart_failed: Callable[[Instance], None] | None = None
+        # Called when the instance is out of rotation with no return in sight (a restart failed, a
+        # thread hung): with nothing else healthy, what waits for it is answered rather than left.
+        self.on_lost: Callable[[Instance], None] | None = None
         # Run on a restarted instance before it rejoins rotation (the version's warm-up samples), so
         # no client pays for a cold start after a crash either. Raises ModelLoadError to fail the restart.
         self.warm: Callable[[Instance], Awaitable[None]] | None = None
         self._batches: set[asyncio.Task[dict[str, Array]]] = set()  # referenced until done
+
+    @property
+    def pid(self) -> int | None:
+        """The worker process running this instance; None for an instance in the server's own process."""
+        return None
 
     @abc.abstractmethod
     async def start(self) -> None:

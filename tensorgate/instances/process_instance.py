@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from tensorgate.backends.base import LoadSpec
 from tensorgate.errors import ModelLoadError
-from tensorgate.instances.base import Instance, InstanceDied, ModelFailed
+from tensorgate.instances.base import HUNG_BATCH_S, Instance, InstanceDied, ModelFailed
 from tensorgate.instances.wire import (
     HEADER,
     Frame,
@@ -39,7 +39,6 @@ from tensorgate.types import Array, DataType, TensorSpec
 log = logging.getLogger(__name__)
 
 LOAD_TIMEOUT_S = 300.0
-EXECUTE_TIMEOUT_S = 120.0  # a batch running longer is a hung worker: killed and retried elsewhere
 BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 CRASH_LOOP_LIMIT = 5
 
@@ -131,7 +130,8 @@ class ProcessInstance(Instance):
 
     @property
     def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
+        """The worker's process id while it runs (None while it is down or restarting)."""
+        return self._process.pid if self._process is not None and self._running else None
 
     @property
     def healthy(self) -> bool:
@@ -192,9 +192,9 @@ class ProcessInstance(Instance):
         self._pending = future
         self._writer.write(encode_frame(Kind.EXECUTE, self._seq, self._inputs.size, {"tensors": described}))
         try:
-            frame = await asyncio.wait_for(asyncio.shield(future), EXECUTE_TIMEOUT_S)
+            frame = await asyncio.wait_for(asyncio.shield(future), HUNG_BATCH_S)
         except TimeoutError:
-            log.error("worker %s hung for %.0f s on one batch: killing it", self.name, EXECUTE_TIMEOUT_S)
+            log.error("worker %s hung for %.0f s on one batch: killing it", self.name, HUNG_BATCH_S)
             self._running = False
             self._set_health(False)  # out of rotation now, so the retry of this batch goes elsewhere
             self._kill()
@@ -251,7 +251,7 @@ class ProcessInstance(Instance):
         """Start the worker again, backing off (capped at 30 s) for as long as starts keep failing.
 
         The instance stays out of rotation meanwhile, and rejoins only once it has run the version's
-        warm-up. Every failed try is reported (``on_restart_failed``: the scheduler then answers what
+        warm-up. Every failed try is reported (``on_lost``: the scheduler then answers what
         is queued rather than leave it waiting on a crash loop); after ``CRASH_LOOP_LIMIT`` failures in
         a row the crash loop is logged once, and the tries go on (backing off to the cap), so a fixed
         cause (a disk that filled, a device that came back) brings the instance back without a server
@@ -285,8 +285,8 @@ class ProcessInstance(Instance):
                         CRASH_LOOP_LIMIT,
                         BACKOFF_S[-1],
                     )
-                if self.on_restart_failed is not None:
-                    self.on_restart_failed(self)
+                if self.on_lost is not None:
+                    self.on_lost(self)
                 continue
             if self._closing:
                 return

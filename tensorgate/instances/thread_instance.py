@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tensorgate.backends.base import Backend, LoadSpec
-from tensorgate.instances.base import BatchDone, Instance, ModelFailed
+from tensorgate.instances.base import HUNG_BATCH_S, BatchDone, Instance, InstanceDied, ModelFailed
 from tensorgate.instances.batch_tensors import merge_inputs
 from tensorgate.types import Array, TensorSpec
 
@@ -70,13 +70,22 @@ class _Worker:
 
 
 class ThreadInstance(Instance):
-    def __init__(self, name: str, backend: Backend, spec: LoadSpec, cpus: frozenset[int] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        backend: Backend,
+        spec: LoadSpec,
+        cpus: frozenset[int] | None = None,
+        hung_after_s: float = HUNG_BATCH_S,
+    ) -> None:
         super().__init__(name, spec.device)
         self._backend = backend
         self._spec = spec
         self._cpus = cpus
         self._worker = _Worker(f"instance-{name}")
         self._closed = False
+        self._hung_after_s = hung_after_s
+        self._hung = False  # a batch outran hung_after_s and has not returned yet
 
     async def start(self) -> None:
         await self._worker.submit(self._load, self._spec)
@@ -105,7 +114,15 @@ class ThreadInstance(Instance):
     def run_batch(self, parts: Sequence[Mapping[str, Array]], on_done: BatchDone) -> None:
         # One loop callback from the end of this batch to the scheduler starting the next; merging
         # on the worker keeps the copy off the event loop too.
-        self._worker.call(self._merge_and_run, parts, on_done)
+        watch = _HangWatch(self, on_done)
+        watch.timer = asyncio.get_running_loop().call_later(self._hung_after_s, watch.hung)
+        self._worker.call(self._merge_and_run, parts, watch.done)
+
+    def _set_hung(self, hung: bool) -> None:
+        if hung != self._hung:
+            self._hung = hung
+            if self.on_health_change is not None:
+                self.on_health_change(self, not hung)
 
     def _merge_and_run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
         return self._run_model(merge_inputs(parts))
@@ -119,7 +136,7 @@ class ThreadInstance(Instance):
 
     @property
     def healthy(self) -> bool:
-        return not self._closed
+        return not self._closed and not self._hung
 
     async def aclose(self) -> None:
         if self._closed:
@@ -127,3 +144,39 @@ class ThreadInstance(Instance):
         self._closed = True
         await self._worker.submit(lambda _: self._backend.close(), None)
         self._worker.stop()
+
+
+class _HangWatch:
+    """One batch's report, and what happens if it never comes.
+
+    A thread cannot be killed, so a batch past ``hung_after_s`` is failed as ``InstanceDied`` (the
+    scheduler retries it once on another instance) and the instance leaves rotation. If the model
+    does return at last, its late result is dropped and the instance rejoins.
+    """
+
+    __slots__ = ("_instance", "_on_done", "timer")
+
+    def __init__(self, instance: ThreadInstance, on_done: BatchDone) -> None:
+        self._instance = instance
+        self._on_done: BatchDone | None = on_done
+        self.timer: asyncio.TimerHandle | None = None
+
+    def done(self, outputs: Any, error: BaseException | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self._on_done is None:  # reported as hung already; the thread is free again
+            self._instance._set_hung(False)
+            return
+        on_done, self._on_done = self._on_done, None
+        on_done(outputs, error)
+
+    def hung(self) -> None:
+        self.timer = None
+        if self._on_done is None:
+            return
+        on_done, self._on_done = self._on_done, None
+        instance = self._instance
+        instance._set_hung(True)
+        on_done(None, InstanceDied(f"instance {instance.name} ran one batch past {instance._hung_after_s:g} s"))
+        if instance.on_lost is not None:  # a thread has no restart to wait for
+            instance.on_lost(instance)

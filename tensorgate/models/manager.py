@@ -143,7 +143,9 @@ class ModelManager:
             vmetrics.instance_health(instance.name, True)
             instance.on_health_change = _health_listener(model_version)
             instance.on_restart = _restart_listener(model_version)
-            instance.on_restart_failed = _restart_failed_listener(model_version)
+            instance.on_lost = _lost_listener(model_version)
+            if instance.pid is not None:  # in a worker process of its own: its CPU and memory too
+                vmetrics.track_worker(instance.name, functools.partial(_pid_of, instance))
             instance.warm = functools.partial(
                 warm_up,
                 samples=source.config.warmup,
@@ -189,11 +191,15 @@ def _restart_listener(version: ModelVersion) -> Callable[[Instance], None]:
     return restarted
 
 
-def _restart_failed_listener(version: ModelVersion) -> Callable[[Instance], None]:
-    def failed(instance: Instance) -> None:
-        version.scheduler.fail_stranded()  # nothing healthy left: what is queued is answered now
+def _pid_of(instance: Instance) -> int | None:
+    return instance.pid
 
-    return failed
+
+def _lost_listener(version: ModelVersion) -> Callable[[Instance], None]:
+    def lost(instance: Instance) -> None:
+        version.scheduler.fail_stranded()  # when nothing healthy is left, what is queued is answered now
+
+    return lost
 
 
 async def _close_all(instances: list[Instance]) -> None:

@@ -99,6 +99,7 @@ class ModelVersion:
         await self.scheduler.drain(drain_timeout_s)
         await self.scheduler.aclose()
         for instance in self.pool.instances:
+            self.metrics.untrack_worker(instance.name)
             try:
                 await instance.aclose()
             except Exception:

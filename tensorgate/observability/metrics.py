@@ -8,6 +8,7 @@ from collectors read at scrape time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from tensorgate.errors import OUTCOME_BY_CODE
 from tensorgate.observability.gpu import register_gpu_metrics
 from tensorgate.observability.loop_metrics import Counter, Gauge, Histogram, LoopCollector
+from tensorgate.observability.worker_metrics import WorkerCollector
 
 if TYPE_CHECKING:
     from tensorgate.observability.generation_metrics import GenerationMetrics
@@ -73,10 +75,12 @@ class Metrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.enabled = enabled
+        self.workers = WorkerCollector()
         if process and enabled:
             ProcessCollector(namespace="tensorgate", registry=self.registry)
             PlatformCollector(registry=self.registry)
             register_gpu_metrics(self.registry)
+            self.registry.register(self.workers)
         loop = LoopCollector()
         r = loop.add
         mv = ["model", "version"]
@@ -237,6 +241,13 @@ class VersionMetrics:
 
     def instance_health(self, instance: str, healthy: bool) -> None:
         self.metrics.instance_healthy.labels(self.model, self.version, instance).set(1 if healthy else 0)
+
+    def track_worker(self, instance: str, pid: Callable[[], int | None]) -> None:
+        """Report a worker process's CPU and memory under this version's labels."""
+        self.metrics.workers.track((self.model, self.version, instance), pid)
+
+    def untrack_worker(self, instance: str) -> None:
+        self.metrics.workers.untrack((self.model, self.version, instance))
 
     def instance_restart(self, instance: str) -> None:
         self.metrics.instance_restarts.labels(self.model, self.version, instance).inc()

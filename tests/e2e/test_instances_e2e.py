@@ -99,6 +99,11 @@ def test_worker_processes_run_on_the_cpus_their_group_names(tmp_path: Path) -> N
         assert pinned == sorted(sets)
         response = httpx.post(f"{server.url}/v2/models/pinned/infer", json=v2_body([[1, 2, 3, 4]]), timeout=30)
         assert response.status_code == 200
+        # Each worker's own CPU and memory are exported beside the server's.
+        for instance in ("pinned_1_0", "pinned_1_1"):
+            rss = metric(server.metrics_url, "tensorgate_worker_resident_memory_bytes", instance=instance)
+            assert rss > 20 * 1024 * 1024, instance  # an interpreter with numpy and the model loaded
+            assert metric(server.metrics_url, "tensorgate_worker_cpu_seconds_total", instance=instance) > 0
 
 
 def _first_and_steady(server: ServerProcess) -> tuple[float, float]:

@@ -15,7 +15,7 @@ import pytest
 from tensorgate.backends.base import Backend, Device, LoadSpec
 from tensorgate.config.model_config import InstanceGroup, ModelConfig
 from tensorgate.errors import ModelLoadError
-from tensorgate.instances.base import ModelFailed
+from tensorgate.instances.base import InstanceDied, ModelFailed
 from tensorgate.instances.factory import check_cpus, placements
 from tensorgate.instances.thread_instance import ThreadInstance
 from tensorgate.types import Array, DataType, TensorSpec
@@ -118,3 +118,53 @@ def test_cpu_sets_wrap_around_the_instances_and_must_be_available() -> None:
         check_cpus(frozenset({100_000}))
     with pytest.raises(ValueError, match="at least one CPU"):
         InstanceGroup(cpus=[[]])
+
+
+class StuckBackend(RecordingBackend):
+    """Blocks in execute until the test lets it go: a model that hangs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        self.release.wait(30)
+        return super().execute(inputs)
+
+
+async def test_a_batch_that_hangs_fails_as_dead_and_the_instance_leaves_rotation_until_it_returns() -> None:
+    backend = StuckBackend()
+    instance = ThreadInstance("m_1_3", backend, spec(), hung_after_s=0.05)
+    health: list[bool] = []
+    rejoined = asyncio.Event()
+
+    def changed(_: object, healthy: bool) -> None:
+        health.append(healthy)
+        if healthy:
+            rejoined.set()
+
+    instance.on_health_change = changed
+    await instance.start()
+    reports: list[object] = []
+    try:
+        loop = asyncio.get_running_loop()
+        first: asyncio.Future[object] = loop.create_future()
+
+        def report(outputs: object, error: object) -> None:
+            reports.append(error if error is not None else outputs)
+            if not first.done():
+                first.set_result(error)
+
+        instance.run_batch([{"x": np.ones((1, 2), np.float32)}], report)
+        error = await asyncio.wait_for(first, 5.0)
+        assert isinstance(error, InstanceDied) and "ran one batch past 0.05 s" in str(error)
+        assert not instance.healthy and health == [False]  # out of rotation: the scheduler retries elsewhere
+        backend.release.set()  # the model returns at last: its late result is dropped, the instance rejoins
+        await asyncio.wait_for(rejoined.wait(), 5.0)
+        assert instance.healthy and health == [False, True]
+        assert len(reports) == 1
+        outputs, error, _ = await run_batch(instance, [{"x": np.ones((1, 2), np.float32)}])
+        assert error is None and isinstance(outputs, dict)
+    finally:
+        backend.release.set()
+        await instance.aclose()

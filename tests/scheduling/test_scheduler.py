@@ -7,9 +7,9 @@ from collections.abc import Mapping
 
 import numpy as np
 import pytest
+from fake_instances import FakeInstance
 from prometheus_client import CollectorRegistry
 
-from tensorgate.backends.base import Device
 from tensorgate.clock import MonotonicClock
 from tensorgate.errors import DeadlineExceeded, InternalError, InvalidInput, QueueFull, Unavailable
 from tensorgate.instances.base import Instance, InstanceDied
@@ -18,32 +18,20 @@ from tensorgate.observability.metrics import Metrics
 from tensorgate.scheduling.batch_cost import MIN_SAMPLES
 from tensorgate.scheduling.batch_policy import BatchSettings
 from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
-from tensorgate.types import Array, DataType, InferRequest, TensorSpec
-
-SPEC = TensorSpec("x", DataType.FP32, (-1, 2))
+from tensorgate.types import Array, InferRequest
 
 
-class GatedInstance(Instance):
+class GatedInstance(FakeInstance):
     """Runs a batch when the test opens its gate; records every batch it saw."""
 
     def __init__(self, name: str, *, gated: bool = True, die: bool = False) -> None:
-        super().__init__(name, Device())
+        super().__init__(name)
         self.gate = asyncio.Event()
         if not gated:
             self.gate.set()
         self.started = asyncio.Event()
         self.batches: list[Array] = []
         self.die = die
-        self.alive = True
-
-    async def start(self) -> None:
-        return None
-
-    def input_specs(self) -> tuple[TensorSpec, ...]:
-        return (SPEC,)
-
-    def output_specs(self) -> tuple[TensorSpec, ...]:
-        return (SPEC,)
 
     async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         self.batches.append(np.array(inputs["x"]))
@@ -53,13 +41,6 @@ class GatedInstance(Instance):
             self.alive = False
             raise InstanceDied("killed by the test")
         return {"x": inputs["x"] * 10}
-
-    @property
-    def healthy(self) -> bool:
-        return self.alive
-
-    async def aclose(self) -> None:
-        return None
 
 
 def make(

@@ -13,53 +13,36 @@ import asyncio
 from collections.abc import Mapping
 
 import numpy as np
+from fake_instances import FakeInstance
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from tensorgate.backends.base import Device
 from tensorgate.clock import MonotonicClock
 from tensorgate.errors import DeadlineExceeded, InternalError, InvalidInput, QueueFull, Unavailable
-from tensorgate.instances.base import Instance, InstanceDied
+from tensorgate.instances.base import InstanceDied
 from tensorgate.instances.pool import InstancePool
 from tensorgate.observability.metrics import OUTCOMES, Metrics
 from tensorgate.scheduling.batch_policy import BatchSettings
 from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
-from tensorgate.types import Array, DataType, InferRequest, TensorSpec
+from tensorgate.types import Array, InferRequest
 
-SPEC = TensorSpec("x", DataType.FP32, (-1, -1))
 MAX_ROWS = 4
 
 
-class StepInstance(Instance):
+class StepInstance(FakeInstance):
     """Runs one batch per ``step()``; a ``kill()`` fails its running batch as dead, and it comes back."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(name, Device())
+        super().__init__(name, (-1, -1))
         self.turns: asyncio.Queue[bool] = asyncio.Queue()  # True: finish the batch, False: die
         self.rows_seen: list[int] = []
-
-    async def start(self) -> None:
-        return None
-
-    def input_specs(self) -> tuple[TensorSpec, ...]:
-        return (SPEC,)
-
-    def output_specs(self) -> tuple[TensorSpec, ...]:
-        return (SPEC,)
 
     async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         self.rows_seen.append(len(inputs["x"]))
         if not await self.turns.get():
             raise InstanceDied("killed by the test")
         return {"x": inputs["x"] * 10}
-
-    @property
-    def healthy(self) -> bool:
-        return True
-
-    async def aclose(self) -> None:
-        return None
 
 
 Event = tuple[str, int, int, int, float | None]  # kind, priority, rows, width, timeout
