@@ -272,7 +272,7 @@ class ProcessInstance(Instance):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if isinstance(exc, ModelLoadError):
+                if isinstance(exc, ModelLoadError | InstanceDied):  # it would not load, or died warming up
                     log.error("worker %s restart %d failed: %s", self.name, attempt, exc)
                 else:
                     log.exception("worker %s restart %d failed", self.name, attempt)

@@ -216,7 +216,7 @@ class Scheduler:
         self._pump()
 
     def fail_stranded(self) -> None:
-        """With no healthy instance left (a restart just failed), answer the queue now with 503.
+        """With no healthy instance left (a restart failed, a thread hung), answer the queue now with 503.
 
         Without this, requests with no deadline would wait for as long as a crash loop lasts;
         while a restart is only under way they wait for it, since it may well succeed.
@@ -228,7 +228,7 @@ class Scheduler:
             settle(
                 item.future,
                 Unavailable(
-                    f"model '{self.model}' has no healthy instance (restarting); retry later", retry_after_s=1.0
+                    f"model '{self.model}' has no healthy instance to run the request; retry later", retry_after_s=1.0
                 ),
             )
         self._publish_depth()

@@ -106,6 +106,12 @@ def test_expected_families_are_exported(server: ServerProcess) -> None:
         "tensorgate_process_resident_memory_bytes",
     ):
         assert expected in names, expected
+    # Every loaded version recorded its load and its warm-up once.
+    for model in ("fast", "slow", "lazy"):
+        assert metric(server.metrics_url, "tensorgate_model_load_duration_seconds_count", model=model) == 1
+        assert metric(server.metrics_url, "tensorgate_model_warmup_duration_seconds_count", model=model) == 1
+        assert metric(server.metrics_url, "tensorgate_model_load_duration_seconds_sum", model=model) > 0
+        assert metric(server.metrics_url, "tensorgate_model_ready", model=model) == 1
 
 
 def test_request_id_is_echoed_or_generated_and_logged(server: ServerProcess) -> None:

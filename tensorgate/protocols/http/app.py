@@ -28,7 +28,7 @@ from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.protocols.http.body import Receive, decompress, read_body
-from tensorgate.protocols.http.disconnect import DisconnectWatches
+from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch, DisconnectWatches
 from tensorgate.protocols.http.openai_routes import GenerationRoutes, is_generation_route
 from tensorgate.protocols.http.v1_codec import decode_predict, encode_predict
 from tensorgate.protocols.http.v2_codec import (
@@ -92,6 +92,7 @@ class Call:
     status: int = 0
     queue_ms: float = 0.0
     compute_ms: float = 0.0
+    connection: ConnectionWatch | None = None  # our listener's; None under another ASGI server
 
     def header(self, name: bytes) -> str | None:
         value = self.headers.get(name)
@@ -124,6 +125,9 @@ class HttpApp:
             return
         headers = dict(scope["headers"])  # a repeated header keeps its last value, as before
         call = Call(scope["method"], scope["path"], headers, "")
+        extensions = scope.get("extensions")
+        if extensions:
+            call.connection = extensions.get(CONNECTION_EXTENSION)
         call.request_id = self._ids.of(call.header(b"x-request-id"))
         started = self._clock.now()
         try:
@@ -312,7 +316,8 @@ class HttpApp:
         with self._tracer.request(f"{call.method} infer", request.traceparent, attributes) as span:
             if span.traceparent is not None:  # None when tracing is off: no copy of the request
                 request = replace(request, traceparent=span.traceparent)
-            watch = self._watches.watch(receive, task)
+            connection = call.connection
+            watch = connection.arm(task) if connection is not None else self._watches.watch(receive, task)
             try:
                 response = await self._service.infer(request)
             except asyncio.CancelledError:

@@ -1,4 +1,10 @@
-"""Noticing that an HTTP client went away while its request waits, so the request leaves the queue."""
+"""Noticing that an HTTP client went away while its request waits, so the request leaves the queue.
+
+Our listener says so itself: each connection carries a :class:`ConnectionWatch` in the ASGI scope's
+extensions, and its ``connection_lost`` cancels the request running on it at once, with no task
+and no delay. Served by another ASGI server, the app falls back to :class:`DisconnectWatches`,
+which ask ``receive()`` for ``http.disconnect`` once a request has outlived ``WATCH_AFTER_S``.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,38 @@ WATCH_AFTER_S = 0.1
 # Sweeps for requests that outlived WATCH_AFTER_S run at most this often, so that under load the
 # timer is not re-armed for every request; a watch starts up to this much later.
 _SWEEP_EVERY_S = WATCH_AFTER_S / 4
+
+
+# The ASGI scope extension under which our listener hands each request its connection's watch.
+CONNECTION_EXTENSION = "tensorgate.connection"
+
+
+class ConnectionWatch:
+    """One per HTTP connection: the request running on it, cancelled when the connection is lost.
+
+    An HTTP/1.1 connection runs one request at a time (pipelined ones wait their turn), so one
+    watch per connection serves them all: the app arms it with its task around the inference and
+    closes it after; the listener calls :meth:`lost` from ``connection_lost``.
+    """
+
+    __slots__ = ("_task", "disconnected")
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[Any] | None = None
+        self.disconnected = False
+
+    def arm(self, task: asyncio.Task[Any]) -> ConnectionWatch:
+        self._task = task
+        return self
+
+    def lost(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            self.disconnected = True
+            task.cancel()
+
+    def close(self) -> None:
+        self._task = None
 
 
 class DisconnectWatch:

@@ -26,6 +26,7 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 
 from tensorgate.protocols.http.body import MAX_CHUNKS
+from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
 
 # Request-line and header bounds (reliability plan P-2): a URI past 16 KiB is 414; more than 100
 # header fields or 64 KiB of them is 431. Until the headers are complete at most 1 MiB is buffered.
@@ -247,12 +248,15 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
+        self._watch = ConnectionWatch()
+        self._extensions = {CONNECTION_EXTENSION: self._watch}  # one dict per connection, in every scope
         self._head_started = self._idle_since = self.loop.time()
         self._arm(self._head_started + self.header_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
         super().connection_lost(exc)
+        self._watch.lost()  # the request running on this connection leaves the queue now
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
@@ -280,6 +284,7 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
             "root_path": self.root_path,
             "headers": self.headers,
             "state": self.app_state.copy(),
+            "extensions": self._extensions,
         }
         self._chunks = 0
         self._header_bytes = 0

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from uvicorn.protocols.http.flow_control import FlowControl
 
+from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION
 from tensorgate.protocols.http.listener import HttpListener, _OneWriteCycle
 
 
@@ -215,3 +216,39 @@ async def test_an_idle_kept_alive_connection_is_closed_but_not_one_whose_request
     assert slow.startswith(b"HTTP/1.1 200 OK\r\n") and slow.endswith(b"ok")
     assert closed == b""
     assert keep_alive * 0.9 <= idle < keep_alive * 3 + 1.0
+
+
+async def test_a_lost_connection_cancels_the_request_running_on_it_at_once() -> None:
+    """The listener tells the app through the scope's connection watch: no task, no polling delay."""
+    armed = asyncio.Event()
+    outcome: asyncio.Future[tuple[bool, bool]] = asyncio.get_running_loop().create_future()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        watch = scope["extensions"][CONNECTION_EXTENSION]
+        task = asyncio.current_task()
+        assert task is not None
+        watch.arm(task)
+        armed.set()
+        try:
+            await asyncio.sleep(60)  # a request waiting in a queue
+        except asyncio.CancelledError:
+            outcome.set_result((True, watch.disconnected))
+            raise
+        finally:
+            watch.close()
+        outcome.set_result((False, watch.disconnected))
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    listener = HttpListener("http", app, sock)
+    await listener.start()
+    try:
+        conn = socket.create_connection(("127.0.0.1", listener.port), timeout=10)
+        conn.sendall(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        await asyncio.wait_for(armed.wait(), 10)
+        conn.close()
+        cancelled, disconnected = await asyncio.wait_for(outcome, 10)  # well before the 60 s sleep ends
+        assert cancelled and disconnected
+    finally:
+        await listener.stop()
