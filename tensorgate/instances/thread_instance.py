@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import queue
 import threading
@@ -19,6 +20,8 @@ from tensorgate.backends.base import Backend, LoadSpec
 from tensorgate.instances.base import HUNG_BATCH_S, BatchDone, Instance, InstanceDied, ModelFailed
 from tensorgate.instances.batch_tensors import merge_inputs
 from tensorgate.types import Array, TensorSpec
+
+log = logging.getLogger(__name__)
 
 _Done = Callable[[Any, BaseException | None], None]
 _Job = tuple[Callable[[Any], Any], Any, _Done, asyncio.AbstractEventLoop]
@@ -142,8 +145,13 @@ class ThreadInstance(Instance):
         if self._closed:
             return
         self._closed = True
-        await self._worker.submit(lambda _: self._backend.close(), None)
-        self._worker.stop()
+        if self._hung:  # the thread is stuck in the model: shutdown must not wait for it (it is a daemon)
+            log.warning("instance %s is stuck in a batch; leaving its thread behind", self.name)
+            self._worker.stop()
+            return
+        closed = self._worker.submit(lambda _: self._backend.close(), None)
+        self._worker.stop()  # queued after the close, so the thread ends once the backend is closed
+        await closed
 
 
 class _HangWatch:

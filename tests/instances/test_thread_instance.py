@@ -168,3 +168,17 @@ async def test_a_batch_that_hangs_fails_as_dead_and_the_instance_leaves_rotation
     finally:
         backend.release.set()
         await instance.aclose()
+
+
+async def test_closing_an_instance_stuck_in_a_batch_does_not_wait_for_it() -> None:
+    backend = StuckBackend()
+    instance = ThreadInstance("m_1_4", backend, spec(), hung_after_s=0.05)
+    await instance.start()
+    failed: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    instance.run_batch([{"x": np.ones((1, 2), np.float32)}], lambda _, error: failed.set_result(error))
+    try:
+        assert isinstance(await asyncio.wait_for(failed, 5.0), InstanceDied)
+        await asyncio.wait_for(instance.aclose(), 5.0)  # returns although the model never does
+        assert not instance.healthy
+    finally:
+        backend.release.set()
