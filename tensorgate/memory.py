@@ -16,7 +16,6 @@ are mapped as before. Only glibc has these knobs; elsewhere this does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 log = logging.getLogger(__name__)
@@ -33,13 +32,11 @@ TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
 
 def tune_malloc() -> bool:
     """Raise glibc's mmap and trim thresholds for this process; False where malloc is not glibc's."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt), or no C library to load
+        # The process's own symbols (the C library among them): no ldconfig run to find libc.
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt), or no dynamic symbols
+        log.info("malloc tuning is not available here; large buffers are mapped per allocation")
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int

@@ -276,7 +276,10 @@ class ProcessInstance(Instance):
                     log.error("worker %s restart %d failed: %s", self.name, attempt, exc)
                 else:
                     log.exception("worker %s restart %d failed", self.name, attempt)
-                await self._terminate()
+                try:
+                    await self._terminate()
+                except Exception:  # cleaning up a failed start must not end the tries either
+                    log.exception("worker %s: cleaning up after restart %d failed", self.name, attempt)
                 if attempt == CRASH_LOOP_LIMIT:
                     log.error(
                         "worker %s failed %d restarts in a row: a crash loop; it stays out of rotation "

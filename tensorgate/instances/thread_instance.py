@@ -89,6 +89,7 @@ class ThreadInstance(Instance):
         self._closed = False
         self._hung_after_s = hung_after_s
         self._hung = False  # a batch outran hung_after_s and has not returned yet
+        self._in_batch = 0  # batches handed to the thread and not yet returned
 
     async def start(self) -> None:
         await self._worker.submit(self._load, self._spec)
@@ -119,10 +120,11 @@ class ThreadInstance(Instance):
         # on the worker keeps the copy off the event loop too.
         watch = _HangWatch(self, on_done)
         watch.timer = asyncio.get_running_loop().call_later(self._hung_after_s, watch.hung)
+        self._in_batch += 1
         self._worker.call(self._merge_and_run, parts, watch.done)
 
     def _set_hung(self, hung: bool) -> None:
-        if hung != self._hung:
+        if hung != self._hung and not self._closed:
             self._hung = hung
             if self.on_health_change is not None:
                 self.on_health_change(self, not hung)
@@ -145,7 +147,9 @@ class ThreadInstance(Instance):
         if self._closed:
             return
         self._closed = True
-        if self._hung:  # the thread is stuck in the model: shutdown must not wait for it (it is a daemon)
+        if self._hung or self._in_batch:
+            # Still in the model after the scheduler stopped waiting for it (the exit timeout) or
+            # past the hang limit: shutdown must not wait for it. The thread is a daemon.
             log.warning("instance %s is stuck in a batch; leaving its thread behind", self.name)
             self._worker.stop()
             return
@@ -170,6 +174,7 @@ class _HangWatch:
         self.timer: asyncio.TimerHandle | None = None
 
     def done(self, outputs: Any, error: BaseException | None) -> None:
+        self._instance._in_batch -= 1
         if self.timer is not None:
             self.timer.cancel()
         if self._on_done is None:  # reported as hung already; the thread is free again

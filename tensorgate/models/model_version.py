@@ -97,7 +97,7 @@ class ModelVersion:
     async def aclose(self, drain_timeout_s: float) -> None:
         self.state = VersionState.DRAINING
         await self.scheduler.drain(drain_timeout_s)
-        await self.scheduler.aclose()
+        await self.scheduler.aclose(timeout_s=drain_timeout_s)
         for instance in self.pool.instances:
             self.metrics.untrack_worker(instance.name)
             try:

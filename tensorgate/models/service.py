@@ -121,4 +121,4 @@ class InferenceService:
     def count_failure(self, name: str, version: int | None, error: TensorgateError) -> None:
         """Count a request for a loaded model that failed before ``infer`` (e.g. an undecodable body)."""
         with contextlib.suppress(TensorgateError):  # unknown models create no metric series
-            self.router.route(name, version).count_failure(error)
+            self.router.loaded(name, version).count_failure(error)

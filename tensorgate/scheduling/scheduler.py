@@ -327,7 +327,6 @@ class Scheduler:
                         settle(item.future, InternalError(f"model '{self.model}' failed twice: its instance died"))
                     else:
                         retry.append(item)
-                        self._metrics.retries.inc()
                 return
             if isinstance(error, ModelFailed):
                 log.warning("model %s/%s raised on a batch of %d: %s", self.model, self.version, len(batch), error)
@@ -368,8 +367,9 @@ class Scheduler:
         """The instance is free again: requeue what must be retried (first in line), dispatch."""
         self._pool.release(instance)
         for item in reversed(retry):
-            if item.future is not None and not item.future.done():
+            if item.future is not None and not item.future.done():  # its client may have gone meanwhile
                 self._queue.requeue_front(item)
+                self._metrics.retries.inc()
         self._pump()
 
     def _record_execution(self, rows: int, elapsed: float, requests: int) -> None:
@@ -422,7 +422,9 @@ class Scheduler:
             else:
                 await asyncio.sleep(0.01)  # queued items wait for an instance; poll at a coarse grain
 
-    async def aclose(self) -> None:
+    async def aclose(self, timeout_s: float | None = None) -> None:
+        """Refuse what is queued, then wait for the running batches (at most ``timeout_s``: a batch
+        stuck in its model must not hold up a shutdown)."""
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
@@ -430,4 +432,6 @@ class Scheduler:
             self._queue.remove(item)
             settle(item.future, Unavailable(f"model '{self.model}' is unloading", retry_after_s=1.0))
         if self._running:
-            await asyncio.wait(set(self._running))
+            _, stuck = await asyncio.wait(set(self._running), timeout=timeout_s)
+            if stuck:
+                log.warning("model %s/%s: %d batch(es) still running at unload", self.model, self.version, len(stuck))

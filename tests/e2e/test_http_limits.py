@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import select
 import socket
 import time
 import zlib
@@ -293,3 +294,30 @@ def test_gzip_body_over_the_limit_before_inflating(client: httpx.Client) -> None
     assert len(body) > LIMIT
     response = client.post("/v2/models/cnn/infer", content=body, headers={"Content-Encoding": "gzip"})
     _assert_413(response)
+
+
+def test_a_chunked_body_is_refused_soon_after_it_passes_the_limit(server: ServerProcess) -> None:
+    """No Content-Length to check ahead: the server counts the chunks as they come and answers 413
+    within about a MiB past the limit, not after buffering megabytes more."""
+    chunk = b"4" * (256 * KIB)
+    sent = 0
+    answered_at = None
+    with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v2/models/cnn/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        while sent < 6 * LIMIT:
+            try:
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except OSError:  # the server answered and closed while this was on its way
+                answered_at = sent
+                break
+            sent += len(chunk)
+            readable, _, _ = select.select([sock], [], [], 0.5)
+            if readable:
+                answered_at = sent
+                break
+        assert answered_at is not None and answered_at <= 3 * LIMIT, f"no answer after {sent} bytes"
+        status, _, body = _read_response(sock)
+    assert status == 413 and b"exceeds the maximum allowed size" in body

@@ -178,7 +178,15 @@ async def test_closing_an_instance_stuck_in_a_batch_does_not_wait_for_it() -> No
     instance.run_batch([{"x": np.ones((1, 2), np.float32)}], lambda _, error: failed.set_result(error))
     try:
         assert isinstance(await asyncio.wait_for(failed, 5.0), InstanceDied)
+        health: list[bool] = []
+        instance.on_health_change = lambda _, healthy: health.append(healthy)
         await asyncio.wait_for(instance.aclose(), 5.0)  # returns although the model never does
         assert not instance.healthy
+        [thread] = [t for t in threading.enumerate() if t.name == "instance-m_1_4"]
+        backend.release.set()  # the model returns after the unload: that must not revive the instance
+        await asyncio.to_thread(thread.join, 10)  # it reports back, then takes the stop and ends
+        await asyncio.sleep(0)  # the report it sent the loop runs
+        assert not thread.is_alive() and backend.seen
+        assert health == [] and not instance.healthy
     finally:
         backend.release.set()

@@ -313,3 +313,18 @@ async def test_a_default_timeout_bounds_requests_that_set_none() -> None:
     instance.gate.set()
     assert (await asyncio.wait_for(running, 5.0)).tolist() == [[0.0, 0.0]]
     assert all(5.0 not in batch for batch in instance.batches)
+
+
+async def test_unloading_does_not_wait_past_its_timeout_for_a_stuck_batch() -> None:
+    instance = GatedInstance("a")  # its gate never opens: a batch stuck in its model
+    scheduler = make(instance, batching=False)
+    stuck = asyncio.ensure_future(submit(scheduler, 1.0))
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    queued = asyncio.ensure_future(submit(scheduler, 2.0))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(scheduler.aclose(timeout_s=0.05), 5.0)
+    with pytest.raises(Unavailable, match="unloading"):
+        await queued
+    assert not stuck.done()
+    instance.gate.set()
+    assert (await asyncio.wait_for(stuck, 5.0)).tolist() == [[10.0, 10.0]]

@@ -35,17 +35,22 @@ class ConnectionWatch:
     closes it after; the listener calls :meth:`lost` from ``connection_lost``.
     """
 
-    __slots__ = ("_task", "disconnected")
+    __slots__ = ("_gone", "_task", "disconnected")
 
     def __init__(self) -> None:
         self._task: asyncio.Task[Any] | None = None
+        self._gone = False  # the connection is lost (perhaps before a request armed the watch)
         self.disconnected = False
 
     def arm(self, task: asyncio.Task[Any]) -> ConnectionWatch:
+        """Watch for ``task``; if the client already left (while its body was decoded), cancel it now."""
         self._task = task
+        if self._gone:
+            self.lost()
         return self
 
     def lost(self) -> None:
+        self._gone = True
         task, self._task = self._task, None
         if task is not None and not task.done():
             self.disconnected = True

@@ -42,6 +42,9 @@ _MAX_HEAD_BUFFER = 1 << 20
 # max_body_bytes, refused past it), so buffering more per connection costs no memory it would
 # not spend, and the bound still holds against a client that sends faster than the app reads.
 BODY_HIGH_WATER_BYTES = 8 << 20
+# A chunked body (no Content-Length) is handed to the app at least this often, so its size limit
+# holds within this much, whatever the high-water mark.
+CHUNKED_WAKE_BYTES = 1 << 20
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
 
@@ -367,12 +370,17 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         if not isinstance(parts, _BodyParts):  # uvicorn sets a fresh bytearray after every read
             parts = self.cycle.body = _BodyParts(parts)
         parts.append(body)
-        # The app is woken once the body is complete (uvicorn's on_message_complete), not per chunk:
-        # a 600 KB tensor arrives in about ten reads, and each wake-up was a task step, a receive
-        # message and a join of what had come so far. Past the high-water mark it is woken too, to
-        # take what is buffered (its size limit counts it) and let reading resume.
-        if len(parts) > BODY_HIGH_WATER_BYTES:
+        # A body with a Content-Length (which the app has checked against its limit before reading)
+        # wakes the app once, when complete (uvicorn's on_message_complete), not per chunk: a 600 KB
+        # tensor arrives in about ten reads, and each wake-up was a task step, a receive message and
+        # a join of what had come so far. A chunked body, whose size nobody knows ahead, wakes it every
+        # CHUNKED_WAKE_BYTES so its limit is enforced as it arrives; past the high-water mark reading
+        # also pauses until the app takes what is buffered.
+        size = len(parts)
+        if size > BODY_HIGH_WATER_BYTES:
             self.flow.pause_reading()
+            self.cycle.message_event.set()
+        elif self._chunks and size >= CHUNKED_WAKE_BYTES:
             self.cycle.message_event.set()
 
     def send_400_response(self, msg: str) -> None:
