@@ -28,7 +28,7 @@ from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.protocols.http.body import Receive, decompress, read_body
-from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch, DisconnectWatches
+from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
 from tensorgate.protocols.http.openai_routes import GenerationRoutes, is_generation_route
 from tensorgate.protocols.http.v1_codec import decode_predict, encode_predict
 from tensorgate.protocols.http.v2_codec import (
@@ -92,7 +92,7 @@ class Call:
     status: int = 0
     queue_ms: float = 0.0
     compute_ms: float = 0.0
-    connection: ConnectionWatch | None = None  # our listener's; None under another ASGI server
+    connection: ConnectionWatch | None = None  # from our listener, which hands one to every request
 
     def header(self, name: bytes) -> str | None:
         value = self.headers.get(name)
@@ -113,7 +113,6 @@ class HttpApp:
         self._settings = settings
         self._clock = clock
         self._access_log = access if access is not None else AccessLog(enabled=False)
-        self._watches = DisconnectWatches()
         self._ids = RequestIds()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -283,7 +282,7 @@ class HttpApp:
         except TensorgateError as exc:
             self._service.count_failure(name, version, exc)
             raise
-        payload, json_length = await self._run(call, request, receive, partial(encode_infer, prefs=prefs))
+        payload, json_length = await self._run(call, request, partial(encode_infer, prefs=prefs))
         extra = [] if json_length is None else [(b"inference-header-content-length", str(json_length).encode())]
         await self._send(call, send, 200, payload, [_BINARY if json_length is not None else _JSON, *extra])
 
@@ -300,12 +299,10 @@ class HttpApp:
         except TensorgateError as exc:
             self._service.count_failure(name, version, exc)
             raise
-        document = await self._run(call, request, receive, partial(encode_predict, rows=rows))
+        document = await self._run(call, request, partial(encode_predict, rows=rows))
         await self._json(call, send, 200, document)
 
-    async def _run(
-        self, call: Call, request: InferRequest, receive: Receive, encode: Callable[[InferResponse], T]
-    ) -> T:
+    async def _run(self, call: Call, request: InferRequest, encode: Callable[[InferResponse], T]) -> T:
         """Call the core while watching the connection (a client that leaves cancels its request),
         then encode the answer: both inside the request's span, the encoding as its own child span."""
         if not request.request_id:  # decoders that cannot carry the ids (V1) get them here
@@ -316,17 +313,17 @@ class HttpApp:
         with self._tracer.request(f"{call.method} infer", request.traceparent, attributes) as span:
             if span.traceparent is not None:  # None when tracing is off: no copy of the request
                 request = replace(request, traceparent=span.traceparent)
-            connection = call.connection
-            watch = connection.arm(task) if connection is not None else self._watches.watch(receive, task)
+            watch = call.connection.arm(task) if call.connection is not None else None
             try:
                 response = await self._service.infer(request)
             except asyncio.CancelledError:
-                if watch.disconnected:
+                if watch is not None and watch.disconnected:
                     task.uncancel()
                     raise Cancelled("the client disconnected") from None
                 raise
             finally:
-                watch.close()
+                if watch is not None:
+                    watch.close()
             span.record(response)
             call.version = str(response.version)
             call.queue_ms = response.queue_s * 1000

@@ -1,27 +1,16 @@
 """Noticing that an HTTP client went away while its request waits, so the request leaves the queue.
 
-Our listener says so itself: each connection carries a :class:`ConnectionWatch` in the ASGI scope's
+The listener says so itself: each connection carries a :class:`ConnectionWatch` in the ASGI scope's
 extensions, and its ``connection_lost`` cancels the request running on it at once, with no task
-and no delay. Served by another ASGI server, the app falls back to :class:`DisconnectWatches`,
-which ask ``receive()`` for ``http.disconnect`` once a request has outlived ``WATCH_AFTER_S``.
+per request and no delay. (It replaced a task per request that asked ``receive()`` for
+``http.disconnect`` once the request had outlived 100 ms: costlier, and blind to clients that
+left sooner.)
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from typing import Any
-
-from tensorgate.protocols.http.body import Receive
-
-# Most requests are answered within this; only then is a task spent on watching the connection.
-# At 64 clients on a small model the median request takes ~20 ms, so a shorter wait started a
-# watch task for most of them. A client that leaves sooner costs at most its one batch row.
-WATCH_AFTER_S = 0.1
-# Sweeps for requests that outlived WATCH_AFTER_S run at most this often, so that under load the
-# timer is not re-armed for every request; a watch starts up to this much later.
-_SWEEP_EVERY_S = WATCH_AFTER_S / 4
-
 
 # The ASGI scope extension under which our listener hands each request its connection's watch.
 CONNECTION_EXTENSION = "tensorgate.connection"
@@ -58,64 +47,3 @@ class ConnectionWatch:
 
     def close(self) -> None:
         self._task = None
-
-
-class DisconnectWatch:
-    """Cancels a request's task when its client disconnects, so the request leaves the queue."""
-
-    __slots__ = ("_receive", "_task", "_watcher", "disconnected")
-
-    def __init__(self, receive: Receive, task: asyncio.Task[Any]) -> None:
-        self._receive: Receive | None = receive
-        self._task: asyncio.Task[Any] | None = task
-        self._watcher: asyncio.Task[None] | None = None
-        self.disconnected = False
-
-    def start(self) -> None:
-        if self._task is not None:
-            self._watcher = self._task.get_loop().create_task(self._watch())
-
-    async def _watch(self) -> None:
-        assert self._receive is not None
-        message = await self._receive()
-        if message["type"] == "http.disconnect" and self._task is not None:
-            self.disconnected = True
-            self._task.cancel()
-
-    def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            self._watcher = None
-        self._receive = self._task = None  # a closed watch kept until the next sweep holds nothing
-
-
-class DisconnectWatches:
-    """Starts the watch of every request still running ``WATCH_AFTER_S`` after it began.
-
-    A task that waits on ``receive()`` for ``http.disconnect`` costs about ten times a timer, and
-    most requests finish before it would be needed, so it starts late. One timer serves all
-    requests, armed for the oldest: a timer per request (made, then cancelled) cost ~5 us of the
-    event loop per request, 1-2 % of a small model's whole request at 64 clients.
-    """
-
-    def __init__(self) -> None:
-        self._due: deque[tuple[float, DisconnectWatch]] = deque()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def watch(self, receive: Receive, task: asyncio.Task[Any]) -> DisconnectWatch:
-        watch = DisconnectWatch(receive, task)
-        loop = task.get_loop()
-        due = loop.time() + WATCH_AFTER_S
-        self._due.append((due, watch))
-        if self._timer is None:
-            self._timer = loop.call_at(due, self._sweep, loop)
-        return watch
-
-    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = None
-        now = loop.time()
-        due = self._due
-        while due and due[0][0] <= now:
-            due.popleft()[1].start()
-        if due:
-            self._timer = loop.call_at(max(due[0][0], now + _SWEEP_EVERY_S), self._sweep, loop)
