@@ -15,7 +15,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -223,15 +223,16 @@ class Scheduler:
         """
         if self._pool.any_healthy() or len(self._queue) == 0:
             return
+        message = f"model '{self.model}' has no healthy instance to run the request; retry later"
+        self._answer_queue(lambda: Unavailable(message, retry_after_s=1.0))
+        self._publish_depth()
+
+    def _answer_queue(self, error: Callable[[], TensorgateError]) -> None:
+        """Take every queued request out and answer each with an error of its own (raised in each
+        caller, one shared exception object would collect all their tracebacks)."""
         for item in list(self._queue.in_order()):
             self._queue.remove(item)
-            settle(
-                item.future,
-                Unavailable(
-                    f"model '{self.model}' has no healthy instance to run the request; retry later", retry_after_s=1.0
-                ),
-            )
-        self._publish_depth()
+            settle(item.future, error())
 
     def _pump(self) -> None:
         """Expire, then dispatch every batch the policy releases; arm a timer for the next look."""
@@ -256,9 +257,7 @@ class Scheduler:
             self._publish_depth()
         except Exception:  # the exception boundary: a policy bug must not strand the queue
             log.exception("scheduler for %s/%s failed to dispatch", self.model, self.version)
-            for item in list(self._queue.in_order()):
-                self._queue.remove(item)
-                settle(item.future, InternalError("the scheduler failed; see the server log"))
+            self._answer_queue(lambda: InternalError("the scheduler failed; see the server log"))
 
     def _publish_depth(self) -> None:
         for level, gauge in enumerate(self._depth_gauges, start=1):
@@ -428,9 +427,7 @@ class Scheduler:
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
-        for item in list(self._queue.in_order()):
-            self._queue.remove(item)
-            settle(item.future, Unavailable(f"model '{self.model}' is unloading", retry_after_s=1.0))
+        self._answer_queue(lambda: Unavailable(f"model '{self.model}' is unloading", retry_after_s=1.0))
         if self._running:
             _, stuck = await asyncio.wait(set(self._running), timeout=timeout_s)
             if stuck:
