@@ -32,16 +32,17 @@ TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
 
 def tune_malloc() -> bool:
     """Raise glibc's mmap and trim thresholds for this process; False where malloc is not glibc's."""
+    applied = False
     try:
         # The process's own symbols (the C library among them): no ldconfig run to find libc.
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc (musl has no mallopt), or no dynamic symbols
-        log.info("malloc tuning is not available here; large buffers are mapped per allocation")
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
-    applied: bool = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
-    applied = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1 and applied
+        pass
+    else:
+        mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+        mallopt.restype = ctypes.c_int
+        applied = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+        applied = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1 and applied
     if not applied:
         log.info("malloc tuning is not available here; large buffers are mapped per allocation")
     return applied
