@@ -144,11 +144,10 @@ class ModelConfig(Strict):
 
     @model_validator(mode="after")
     def _batch_limits(self) -> ModelConfig:
-        db = self.dynamic_batching
-        limits = None if db is None else (db.max_batch_size, self.max_batch_size)
-        if limits is not None and limits[0] is not None and limits[1] is not None and limits[0] > limits[1]:
+        batch_limit = self.dynamic_batching.max_batch_size if self.dynamic_batching else None
+        if batch_limit is not None and self.max_batch_size is not None and batch_limit > self.max_batch_size:
             raise ValueError(
-                f"dynamic_batching.max_batch_size {limits[0]} is above max_batch_size {limits[1]}, "
+                f"dynamic_batching.max_batch_size {batch_limit} is above max_batch_size {self.max_batch_size}, "
                 "the most rows one call of the model takes"
             )
         return self
