@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Basic blocks per stage: ResNet-18 and ResNet-34 differ only in these.
+RESNET_BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
+
 
 def export_resnet18(path: Path) -> Path:
     """A ResNet-18-shaped network (random weights), input ``input`` FP32 [batch, 3, 224, 224]."""
+    return export_resnet(path, 18)
+
+
+def export_resnet(path: Path, depth: int) -> Path:
+    """A ResNet-``depth``-shaped network (18 or 34; random weights), input ``input`` FP32 [batch, 3, 224, 224]."""
     if path.exists():
         return path
     import torch
@@ -29,7 +37,7 @@ def export_resnet18(path: Path) -> Path:
             y = torch.relu(self.b1(self.c1(x)))
             return torch.relu(self.b2(self.c2(y)) + self.down(x))
 
-    class ResNet18(nn.Module):
+    class ResNet(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.stem = nn.Sequential(
@@ -37,8 +45,9 @@ def export_resnet18(path: Path) -> Path:
             )
             layers = []
             cin = 64
-            for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-                layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
+            stages = ((64, 1), (128, 2), (256, 2), (512, 2))
+            for (cout, stride), blocks in zip(stages, RESNET_BLOCKS[depth], strict=True):
+                layers += [Block(cin, cout, stride), *(Block(cout, cout, 1) for _ in range(blocks - 1))]
                 cin = cout
             self.layers = nn.Sequential(*layers)
             self.fc = nn.Linear(512, 1000)
@@ -48,7 +57,7 @@ def export_resnet18(path: Path) -> Path:
             return self.fc(torch.flatten(torch.mean(x, dim=(2, 3), keepdim=True), 1))
 
     torch.manual_seed(0)
-    model = ResNet18().eval()
+    model = ResNet().eval()
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.onnx.export(
         model,
