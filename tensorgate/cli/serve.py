@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exit-timeout", type=float, help="seconds to finish in-flight requests on shutdown")
     parser.add_argument("--max-body-bytes", type=int, help="largest accepted request body (default 64 MiB)")
     parser.add_argument(
-        "--grpc-max-message-bytes", type=int, help="largest gRPC message either way (default: --max-body-bytes)"
+        "--grpc-max-message-bytes", type=int, help="largest gRPC request message (default: --max-body-bytes)"
     )
     parser.add_argument("--no-metrics", action="store_true", help="record no metrics and open no metrics port")
     parser.add_argument("--no-access-log", action="store_true", help="write no per-request access log lines")

@@ -129,7 +129,7 @@ class Scheduler:
                 raise Unavailable(f"model '{self.model}' version {self.version} is shutting down", retry_after_s=1.0)
             priority = self._priority(request)
         except TensorgateError as exc:
-            self._metrics.outcome(exc.outcome)
+            self._refused(exc.outcome)
             raise
         now = self._clock.now()
         timeout = request.timeout_s if request.timeout_s is not None else self._queue_settings.default_timeout_s
@@ -147,7 +147,7 @@ class Scheduler:
         try:
             self._queue.admit(item)  # raises QueueFull at once, never blocks
         except QueueFull:
-            self._metrics.outcome("queue_full")
+            self._refused("queue_full")
             raise
         self._inflight_gauges[priority - 1].inc()
         self._pump_soon()
@@ -180,6 +180,12 @@ class Scheduler:
             raise
         self._finish(item, "success")
         return response
+
+    def _refused(self, outcome: str) -> None:
+        """A request turned away at admission: a failure in the metrics and in the statistics
+        (Triton counts its scheduler's rejections as failures too)."""
+        self._metrics.outcome(outcome)
+        self.stats.fail_count += 1
 
     def _finish(self, item: Pending, outcome: str) -> None:
         elapsed = self._clock.now() - item.arrival
@@ -383,7 +389,9 @@ class Scheduler:
         stats.inference_count += rows
         stats.compute_count += requests
         ns = int(elapsed * 1e9)
-        stats.compute_ns += ns
+        # Per request, as Triton: each request of the batch spent the whole execution computing, so
+        # compute_ns / compute_count is a request's compute time (batch_stats hold the per-batch view).
+        stats.compute_ns += ns * requests
         entry = stats.batch_stats.setdefault(rows, [0, 0])
         entry[0] += 1
         entry[1] += ns

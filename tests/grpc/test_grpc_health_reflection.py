@@ -28,6 +28,8 @@ def test_health_check_server_and_models(channel: grpc.Channel) -> None:
     assert _check(channel, "") == health_pb2.HealthCheckResponse.SERVING
     assert _check(channel, "mlp") == health_pb2.HealthCheckResponse.SERVING
     assert _check(channel, "cnn") == health_pb2.HealthCheckResponse.SERVING
+    # The health convention's fully qualified service name is the server, as Triton answers it.
+    assert _check(channel, "inference.GRPCInferenceService") == health_pb2.HealthCheckResponse.SERVING
     with pytest.raises(grpc.RpcError) as info:
         _check(channel, "nope")
     assert info.value.code() == grpc.StatusCode.NOT_FOUND

@@ -24,6 +24,14 @@ ECHO = """
         def execute(self, inputs):
             return {"y": np.array(inputs["x"], copy=True)}
 """
+GROW = """
+    import numpy as np
+    from tensorgate import PythonModel
+
+    class Grow(PythonModel):
+        def execute(self, inputs):
+            return {"y": np.tile(inputs["x"], 4)}
+"""
 BROKEN = """
     from tensorgate import PythonModel
 
@@ -42,7 +50,7 @@ CONFIG = """
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     repo: Path = tmp_path_factory.mktemp("limits")
-    for name, code in (("echo", ECHO), ("broken", BROKEN)):
+    for name, code in (("echo", ECHO), ("grow", GROW), ("broken", BROKEN)):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "1" / "model.py").write_text(textwrap.dedent(code))
         (repo / name / "config.yaml").write_text(textwrap.dedent(CONFIG))
@@ -80,6 +88,15 @@ def test_a_message_over_the_configured_limit_is_resource_exhausted(
     }
     assert httpx.post(f"{server.url}/v2/models/echo/infer", json=body, timeout=30).status_code == 200
     assert stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=30).live
+
+
+def test_the_limit_bounds_requests_not_answers(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
+    """A request under the limit whose answer is over it is answered (as Triton, whose send limit is
+    protobuf's): the limit bounds what a client makes the server allocate, not what a model returns."""
+    elements = LIMIT // 8  # half the limit in; twice the limit out
+    response = stub.ModelInfer(_echo(elements, "grow"), timeout=30)
+    out = np.frombuffer(response.raw_output_contents[0], np.float32)
+    np.testing.assert_array_equal(out, np.tile(np.arange(elements, dtype=np.float32), 4))
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,9 @@ def test_health_and_metadata(client: grpcclient.InferenceServerClient) -> None:
     assert client.is_server_ready()
     assert client.is_model_ready("mlp")
     assert client.is_model_ready("cnn", "1")
+    # As Triton and as tritonclient.http: an unknown model or version is not ready, not an error.
+    assert not client.is_model_ready("nope")
+    assert not client.is_model_ready("mlp", "7")
     server = client.get_server_metadata()
     assert server.name == "tensorgate"
     assert "binary_tensor_data" in server.extensions
@@ -93,6 +96,8 @@ def test_stream_infer_answers_in_order_and_survives_an_error(
     assert "features" in str(errors[0])
     results = [result for result, error in received if error is None]
     assert [r.get_response().id for r in results] == ["s0", "s1", "s2", "s3"]
+    # Every answer is its request's last: clients of decoupled-style streams read until this flag.
+    assert all(r.get_response().parameters["triton_final_response"].bool_param for r in results)
     for result, features in zip(results, batches, strict=True):
         expected = _reference(example_repo, "mlp", "features", features)
         np.testing.assert_allclose(result.as_numpy("probabilities"), expected, rtol=1e-5, atol=1e-6)

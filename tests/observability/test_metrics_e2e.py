@@ -168,6 +168,13 @@ def test_every_outcome_reconciles_over_http_and_grpc(server: ServerProcess) -> N
             statuses.append(stub.ModelInfer(_grpc_request("fast", i), timeout=30).model_name)
         bad = {"inputs": [{"name": "INPUT", "datatype": "FP32", "shape": [1, 3], "data": [1, 2, 3]}]}
         statuses += [http.post(f"{url}/fast/infer", json=bad).status_code for _ in range(2)]
+        # A malformed version names no version: refused, and counted against none (the latest included).
+        statuses.append(http.post(f"{url}/fast/versions/v1/infer", json=v2_body([[0, 0, 0, 0]])).status_code)
+        malformed = _grpc_request("fast", 0.0)
+        malformed.model_version = "v1"
+        with pytest.raises(grpc.RpcError) as unparsable:
+            stub.ModelInfer(malformed, timeout=30)
+        statuses.append(unparsable.value.code())
         statuses += [http.post(f"{url}/fast/infer", json=v2_body([[-2e6, 0, 0, 0]])).status_code for _ in range(3)]
         for _ in range(2):
             with pytest.raises(grpc.RpcError) as failed:
@@ -188,7 +195,8 @@ def test_every_outcome_reconciles_over_http_and_grpc(server: ServerProcess) -> N
     assert statuses == (
         [200] * 5
         + ["fast"] * 4
-        + [400] * 2
+        + [400] * 3
+        + [grpc.StatusCode.INVALID_ARGUMENT]
         + [500] * 3
         + [grpc.StatusCode.INTERNAL] * 2
         + [504] * 2

@@ -10,7 +10,7 @@ import pytest
 from fake_instances import FakeInstance
 from prometheus_client import CollectorRegistry
 
-from tensorgate.clock import MonotonicClock
+from tensorgate.clock import ManualClock, MonotonicClock
 from tensorgate.errors import DeadlineExceeded, InternalError, InvalidInput, QueueFull, Unavailable
 from tensorgate.instances.base import Instance, InstanceDied
 from tensorgate.instances.pool import InstancePool
@@ -151,8 +151,46 @@ async def test_a_full_queue_rejects_at_once() -> None:
     await asyncio.sleep(0)
     with pytest.raises(QueueFull):
         await asyncio.wait_for(submit(scheduler, 2.0), 1.0)
+    assert scheduler.stats.fail_count == 1  # a rejection is a failure in the statistics too, as Triton's
     instance.gate.set()
     await asyncio.wait_for(asyncio.gather(running, *queued), 5.0)
+    assert (scheduler.stats.success_count, scheduler.stats.fail_count) == (3, 1)
+
+
+class TimedInstance(GatedInstance):
+    """Each batch takes ``seconds`` on a manual clock, once its gate is open."""
+
+    def __init__(self, name: str, clock: ManualClock, seconds: float) -> None:
+        super().__init__(name)
+        self.clock = clock
+        self.seconds = seconds
+
+    async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        outputs = await super().execute(inputs)
+        self.clock.advance(self.seconds)
+        return outputs
+
+
+async def test_statistics_count_a_batch_s_compute_time_for_each_of_its_requests() -> None:
+    """Triton's compute_infer ns / count is a request's time in the model: a request that shared a
+    0.5 s batch with two others spent 0.5 s computing, not a third of it."""
+    clock = ManualClock()
+    instance = TimedInstance("a", clock, 0.5)
+    metrics = Metrics(CollectorRegistry(), process=False).for_version("m", 1)
+    scheduler = Scheduler(
+        "m", 1, InstancePool([instance]), BatchSettings(8, True, 0.0), QueueSettings(), clock, metrics
+    )
+    first = asyncio.ensure_future(submit(scheduler, 0.0))
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    rest = [asyncio.ensure_future(submit(scheduler, float(v))) for v in (1, 2, 3)]
+    await asyncio.sleep(0)  # let every submit reach the queue
+    instance.gate.set()
+    await asyncio.wait_for(asyncio.gather(first, *rest), 5.0)
+    assert [len(b) for b in instance.batches] == [1, 3]
+    stats = scheduler.stats
+    assert (stats.execution_count, stats.inference_count, stats.compute_count) == (2, 4, 4)
+    assert stats.compute_ns == 4 * 500_000_000
+    assert stats.batch_stats == {1: [1, 500_000_000], 3: [1, 500_000_000]}
 
 
 async def test_an_expired_request_never_reaches_the_model() -> None:
@@ -296,6 +334,7 @@ async def test_in_flight_requests_are_counted_per_priority_and_bad_priorities_as
     with pytest.raises(InvalidInput, match=r"priority 4 is outside 1\.\.3"):
         await submit(scheduler, 9.0, priority=4)
     assert _sample(metrics, "tensorgate_requests_total", outcome="invalid") == 1
+    assert scheduler.stats.fail_count == 1
     instance.gate.set()
     await asyncio.wait_for(asyncio.gather(*tasks), 5.0)
     assert all(_sample(metrics, "tensorgate_inflight_requests", priority=p) == 0 for p in "123")

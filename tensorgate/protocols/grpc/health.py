@@ -1,10 +1,12 @@
 """``grpc.health.v1.Health`` backed by the InferenceService's readiness.
 
-Service ``""`` is the server's readiness (``/v2/health/ready``); service ``"<model>"`` is that
-model's readiness; any other name is NOT_FOUND. ``Check`` computes the answer on each call, so it
-is never stale and, like the HTTP health routes, never queues behind inference. ``Watch`` streams
-come from the statuses :meth:`ReadinessHealth.refresh` publishes; the listener calls it on a short
-interval and :meth:`enter_graceful_shutdown` flips everything to NOT_SERVING on shutdown.
+Service ``""`` is the server's readiness (``/v2/health/ready``), and so is the inference service's
+own name (``inference.GRPCInferenceService``, the gRPC health convention's fully qualified name);
+service ``"<model>"`` is that model's readiness; any other name is NOT_FOUND. ``Check`` computes
+the answer on each call, so it is never stale and, like the HTTP health routes, never queues
+behind inference. ``Watch`` streams come from the statuses :meth:`ReadinessHealth.refresh`
+publishes; the listener calls it on a short interval and :meth:`enter_graceful_shutdown` flips
+everything to NOT_SERVING on shutdown.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from grpc_health.v1._async import HealthServicer
 
 from tensorgate.errors import TensorgateError
 from tensorgate.models.service import InferenceService
+from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 
 
 class ReadinessHealth(HealthServicer):  # type: ignore[misc]
@@ -32,9 +37,9 @@ class ReadinessHealth(HealthServicer):  # type: ignore[misc]
         """SERVING / NOT_SERVING, or None for a name that is neither "" nor a known model."""
         if self._shutting_down:
             return NOT_SERVING
-        if name == "":
-            return SERVING if self._service.ready() else NOT_SERVING
         if name not in self._service.manager.models:
+            if name in ("", INFERENCE_SERVICE):
+                return SERVING if self._service.ready() else NOT_SERVING
             return None
         try:
             return SERVING if self._service.model_ready(name, None) else NOT_SERVING
@@ -54,7 +59,7 @@ class ReadinessHealth(HealthServicer):  # type: ignore[misc]
 
     async def refresh(self) -> None:
         """Publish the current statuses for Watch streams (only changes wake a watcher)."""
-        for name in ("", *self._service.manager.models):
+        for name in ("", INFERENCE_SERVICE, *self._service.manager.models):
             await self.set(name, self.status_of(name))
 
     async def enter_graceful_shutdown(self) -> None:

@@ -19,14 +19,14 @@ from tensorgate.clock import Clock
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.tracing import Tracer
 from tensorgate.protocols.grpc.generated import _pool
-from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 from tensorgate.protocols.grpc.generated import grpc_service_pb2_grpc as pb_grpc
-from tensorgate.protocols.grpc.health import ReadinessHealth
+from tensorgate.protocols.grpc.health import INFERENCE_SERVICE, ReadinessHealth
 from tensorgate.protocols.grpc.servicer import GrpcSettings, InferenceServicer
 
 log = logging.getLogger(__name__)
 
-INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+# Answers may be as large as protobuf allows (Triton's limit too); see the server options below.
+MAX_SEND_BYTES = (1 << 31) - 1
 # How often Watch streams of grpc.health.v1 see readiness changes (Check is always current).
 HEALTH_REFRESH_S = 0.25
 
@@ -63,7 +63,10 @@ class GrpcListener:
         self._server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
-                ("grpc.max_send_message_length", max_message_bytes),
+                # The limit bounds what clients make us allocate; answers are bounded by the model.
+                # As in Triton, a large output goes out (gRPC's 4 MiB default, or the request
+                # limit, failed one after it ran and after it was counted a success).
+                ("grpc.max_send_message_length", MAX_SEND_BYTES),
                 ("grpc.so_reuseport", 0),  # a second server must not share our port silently
             ]
         )

@@ -19,6 +19,7 @@ from tensorgate.clock import Clock
 from tensorgate.errors import (
     DeadlineExceeded,
     InternalError,
+    NotFound,
     PermissionDenied,
     TensorgateError,
 )
@@ -104,7 +105,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
-            ready = self._service.model_ready(check_model_name(request.name), codec.optional_version(request.version))
+            name, version = check_model_name(request.name), codec.optional_version(request.version)
+            try:
+                ready = self._service.model_ready(name, version)
+            except NotFound:  # as Triton: an unknown model or version is not ready, not an error
+                ready = False
             return pb.ModelReadyResponse(ready=ready)
 
         return await self._guard(context, call)
@@ -198,8 +203,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         try:
             request = _timeout(codec.decode_infer(message, self._settings.limits), context)
         except TensorgateError as exc:
-            if message.model_name:
-                self._service.count_failure(message.model_name, _version_or_none(message.model_version), exc)
+            # Counted against the version it names; a malformed version names none (as on HTTP).
+            if message.model_name and _well_formed(message.model_version):
+                self._service.count_failure(message.model_name, codec.optional_version(message.model_version), exc)
             raise
         request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent)
         response = await self._service.infer(request)
@@ -255,7 +261,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def _stream_one(self, message: Any, context: Any, stream_id: str, traceparent: str | None) -> Any:
         try:
-            return pb.ModelStreamInferResponse(
+            answer = pb.ModelStreamInferResponse(
                 infer_response=await self._infer("ModelStreamInfer", message, context, stream_id, traceparent)
             )
         except TensorgateError as exc:
@@ -263,10 +269,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         except Exception:
             log.exception("unhandled error in a gRPC stream request")
             error = InternalError("internal server error")
+        else:
+            return _final(answer)
         answer = pb.ModelStreamInferResponse(error_message=error.message)
         answer.infer_response.id = message.id
         answer.infer_response.model_name = message.model_name
-        return answer
+        return _final(answer)
 
     def _access(self, rpc: str, message: Any, request_id: str, status: str, started: float, served: _Served) -> None:
         access = self._settings.access
@@ -297,8 +305,16 @@ class _Served:
     compute_s: float = 0.0
 
 
-def _version_or_none(text: str) -> int | None:
+def _final(answer: Any) -> Any:
+    """Mark a stream answer as its request's last, as Triton does: every model here answers once, and
+    clients of decoupled-style streams (tritonclient, PyTriton) read until they see this flag."""
+    answer.infer_response.parameters["triton_final_response"].bool_param = True
+    return answer
+
+
+def _well_formed(version: str) -> bool:
     try:
-        return codec.optional_version(text)
+        codec.optional_version(version)
     except TensorgateError:
-        return None
+        return False
+    return True
