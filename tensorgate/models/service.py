@@ -12,6 +12,7 @@ from tensorgate.errors import NotFound, TensorgateError
 from tensorgate.models.manager import ModelManager
 from tensorgate.models.model_version import VersionState
 from tensorgate.models.router import ModelRouter
+from tensorgate.models.triton_config import triton_config
 from tensorgate.types import InferRequest, InferResponse, ModelMetadata
 
 SERVER_NAME = "tensorgate"
@@ -54,6 +55,14 @@ class InferenceService:
         entry = self.router.entry(name)
         versions = tuple(sorted(v for v, mv in entry.versions.items() if mv.state is VersionState.READY))
         return found.metadata(versions if version is None else (found.version,))
+
+    def config(self, name: str, version: int | None) -> dict[str, Any]:
+        """The version's configuration in Triton's ``model_config`` shape (see ``triton_config``)."""
+        found = self.router.loaded(name, version)
+        devices = [instance.device for instance in found.pool.instances]
+        return triton_config(
+            found.metadata((found.version,)), found.specs.batch, found.scheduler.queue_settings, devices
+        )
 
     def index(self) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []

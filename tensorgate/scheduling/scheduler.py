@@ -412,6 +412,10 @@ class Scheduler:
     # -- lifecycle -------------------------------------------------------------------------------
 
     @property
+    def queue_settings(self) -> QueueSettings:
+        return self._queue_settings
+
+    @property
     def queued(self) -> int:
         return len(self._queue)
 

@@ -52,6 +52,28 @@ def test_infer_matches_onnxruntime(
     assert response["model_version"] == "1"
 
 
+def test_model_config_is_the_same_over_http_and_grpc(
+    client: httpclient.InferenceServerClient, example_server: ServerProcess
+) -> None:
+    """Triton's model configuration extension: what tritonclient.http reads, field for field what
+    the ModelConfig RPC answers."""
+    import tritonclient.grpc as grpcclient
+    from google.protobuf import json_format
+
+    config = client.get_model_config("mlp")
+    assert config["input"] == [{"name": "features", "data_type": "TYPE_FP32", "dims": [16]}]
+    assert config["max_batch_size"] == 64
+    policy = config["dynamic_batching"]["default_queue_policy"]
+    assert policy["max_queue_size"] == 1024  # the example's config.yaml
+    assert client.get_model_config("mlp", "1") == config
+    rpc = grpcclient.InferenceServerClient(example_server.grpc_address)
+    try:
+        answer = rpc.get_model_config("mlp").config
+    finally:
+        rpc.close()
+    assert json_format.ParseDict(config, type(answer)()) == answer
+
+
 def test_unknown_model_is_an_error(client: httpclient.InferenceServerClient) -> None:
     from tritonclient.utils import InferenceServerException
 

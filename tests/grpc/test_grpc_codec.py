@@ -8,10 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tensorgate.backends.base import Device
 from tensorgate.errors import InvalidInput, NotImplementedFeature, TooLarge
+from tensorgate.models.triton_config import triton_config
 from tensorgate.protocols.grpc import codec
 from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 from tensorgate.protocols.grpc.generated import model_config_pb2 as mc
+from tensorgate.scheduling.batch_policy import BatchSettings
+from tensorgate.scheduling.scheduler import QueueSettings
 from tensorgate.types import DataType, InferResponse, ModelMetadata, TensorSpec
 
 LIMITS = codec.GrpcLimits(max_elements=1000, max_tensor_bytes=10_000)
@@ -151,17 +155,27 @@ def test_model_config_leaves_out_the_batch_dimension() -> None:
         outputs=(TensorSpec("y", DataType.FP16, (-1, 2, 2)),),
         max_batch_size=8,
     )
-    config = codec.encode_config(metadata, True, 0.002, (4, 8)).config
+    queue = QueueSettings(priority_levels=3, max_queue_size=64, default_timeout_s=0.25)
+    devices = [Device("gpu", 1), Device("gpu", 0), Device("gpu", 1)]
+    batched = triton_config(metadata, BatchSettings(8, True, 0.002, (4, 8)), queue, devices)
+    config = codec.encode_config(batched).config
     assert (config.name, config.platform, config.backend, config.max_batch_size) == ("m", "python", "python", 8)
     assert (config.input[0].data_type, list(config.input[0].dims)) == (mc.TYPE_STRING, [3])
     assert (config.output[0].data_type, list(config.output[0].dims)) == (mc.TYPE_FP16, [2, 2])
     assert list(config.dynamic_batching.preferred_batch_size) == [4, 8]
     assert config.dynamic_batching.max_queue_delay_microseconds == 2000
-    unbatched = codec.encode_config(
-        ModelMetadata("m", (1,), "onnxruntime_onnx", metadata.inputs, metadata.outputs, 0), False, 0.0, ()
-    ).config
-    assert list(unbatched.input[0].dims) == [-1, 3]
-    assert not unbatched.HasField("dynamic_batching")
+    # The lowest of three levels is the default, as in the scheduler.
+    assert (config.dynamic_batching.priority_levels, config.dynamic_batching.default_priority_level) == (3, 3)
+    policy = config.dynamic_batching.default_queue_policy
+    assert (policy.max_queue_size, policy.default_timeout_microseconds) == (64, 250_000)
+    assert policy.timeout_action == mc.ModelQueuePolicy.REJECT and policy.allow_timeout_override
+    [group] = config.instance_group
+    assert (group.kind, group.count, list(group.gpus)) == (mc.ModelInstanceGroup.KIND_GPU, 3, [0, 1])
+    plain = ModelMetadata("m", (1,), "onnxruntime_onnx", metadata.inputs, metadata.outputs, 0)
+    unbatched = codec.encode_config(triton_config(plain, BatchSettings(0, False, 0.0), QueueSettings(), [Device()]))
+    assert list(unbatched.config.input[0].dims) == [-1, 3]
+    assert not unbatched.config.HasField("dynamic_batching")
+    assert unbatched.config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
 
 
 def test_index_can_list_only_ready_versions() -> None:

@@ -54,6 +54,8 @@ def test_model_config_describes_the_loaded_version(client: grpcclient.InferenceS
     # With a batch dimension, Triton's dims leave it out.
     assert config["input"] == [{"name": "image", "data_type": "TYPE_FP32", "dims": ["3", "32", "32"]}]
     assert config["output"] == [{"name": "probabilities", "data_type": "TYPE_FP32", "dims": ["10"]}]
+    assert config["instance_group"] == [{"name": "cpu_instances", "kind": "KIND_CPU", "count": 1}]
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == "5000"  # cnn's 5 ms window
 
 
 def test_infer_raw_contents_matches_onnxruntime(client: grpcclient.InferenceServerClient, example_repo: Path) -> None:

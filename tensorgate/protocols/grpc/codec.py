@@ -42,25 +42,6 @@ _CONTENTS_FIELD: dict[DataType, str] = {
     DataType.BYTES: "bytes_contents",
 }
 
-_CONFIG_TYPES: dict[DataType, int] = {
-    DataType.BOOL: mc.TYPE_BOOL,
-    DataType.UINT8: mc.TYPE_UINT8,
-    DataType.UINT16: mc.TYPE_UINT16,
-    DataType.UINT32: mc.TYPE_UINT32,
-    DataType.UINT64: mc.TYPE_UINT64,
-    DataType.INT8: mc.TYPE_INT8,
-    DataType.INT16: mc.TYPE_INT16,
-    DataType.INT32: mc.TYPE_INT32,
-    DataType.INT64: mc.TYPE_INT64,
-    DataType.FP16: mc.TYPE_FP16,
-    DataType.FP32: mc.TYPE_FP32,
-    DataType.FP64: mc.TYPE_FP64,
-    DataType.BYTES: mc.TYPE_STRING,
-}
-
-# What Triton reports as ``backend`` for each platform tensorgate serves.
-_BACKENDS = {"onnxruntime_onnx": "onnxruntime", "python": "python"}
-
 
 @dataclass(frozen=True, slots=True)
 class GrpcLimits:
@@ -187,23 +168,9 @@ def encode_metadata(metadata: ModelMetadata) -> Any:
     return message
 
 
-def encode_config(metadata: ModelMetadata, batching: bool, max_queue_delay_s: float, preferred: tuple[int, ...]) -> Any:
-    """Triton's ``ModelConfig`` for one loaded version: dims exclude the batch dimension when it batches."""
-    skip = 1 if metadata.max_batch_size > 0 else 0
-    config = mc.ModelConfig(
-        name=metadata.name,
-        platform=metadata.platform,
-        backend=_BACKENDS.get(metadata.platform, metadata.platform),
-        max_batch_size=metadata.max_batch_size,
-    )
-    for spec in metadata.inputs:
-        config.input.add(name=spec.name, data_type=_CONFIG_TYPES[spec.datatype], dims=spec.shape[skip:])
-    for spec in metadata.outputs:
-        config.output.add(name=spec.name, data_type=_CONFIG_TYPES[spec.datatype], dims=spec.shape[skip:])
-    if batching:
-        config.dynamic_batching.preferred_batch_size.extend(preferred)
-        config.dynamic_batching.max_queue_delay_microseconds = round(max_queue_delay_s * 1_000_000)
-    return pb.ModelConfigResponse(config=config)
+def encode_config(config: dict[str, Any]) -> Any:
+    """``InferenceService.config`` is already Triton's ``ModelConfig`` in its JSON form."""
+    return pb.ModelConfigResponse(config=json_format.ParseDict(config, mc.ModelConfig()))
 
 
 def encode_statistics(rows: list[dict[str, Any]]) -> Any:

@@ -128,11 +128,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     async def ModelConfig(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
             name = check_model_name(request.name)
-            version = codec.optional_version(request.version)
-            loaded = self._service.router.loaded(name, version)
-            batch = loaded.specs.batch
-            metadata = loaded.metadata((loaded.version,))
-            return codec.encode_config(metadata, batch.batching, batch.max_queue_delay_s, batch.preferred_rows)
+            return codec.encode_config(self._service.config(name, codec.optional_version(request.version)))
 
         return await self._guard(context, call)
 

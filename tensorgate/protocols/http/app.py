@@ -207,6 +207,9 @@ class HttpApp:
         elif action == "stats":
             self._only(call, "GET")
             await self._json(call, send, 200, {"model_stats": self._service.statistics(name, version)})
+        elif action == "config":  # Triton's model configuration extension (tritonclient's get_model_config)
+            self._only(call, "GET")
+            await self._json(call, send, 200, self._service.config(name, version))
         else:
             raise NotFound(f"no route for {call.path[:200]}")
 
