@@ -96,7 +96,11 @@ def _declared(spec: TensorSpec, results: Mapping[str, object]) -> Array:
     """One output as config.yaml declares it: present, and of its datatype (numbers cast within their kind).
 
     Checked here, on the instance, so a model that returns the wrong thing fails with a message that
-    names the output instead of breaking the batch split or the encoder further down.
+    names the output instead of breaking the batch split or the encoder further down. Always a copy:
+    a model may write its answers into a buffer it reuses on the next call, and the scheduler hands
+    the instance its next batch while this one's answers are still being encoded (a test with a
+    reused buffer and 16 clients saw half the answers overwritten). onnxruntime's outputs are new
+    arrays on every run, so only this backend pays for the copy.
     """
     if spec.name not in results:
         raise ValueError(f"execute returned no output '{spec.name}' (it returned {sorted(map(str, results))})")
@@ -104,10 +108,10 @@ def _declared(spec: TensorSpec, results: Mapping[str, object]) -> Array:
     if spec.datatype is DataType.BYTES:
         if array.dtype.kind not in "OSU":
             raise ValueError(f"output '{spec.name}' is declared BYTES but execute returned {array.dtype}")
-        return array
+        return array.copy()
     wanted = spec.datatype.numpy
     if array.dtype == wanted:
-        return array
+        return array.copy()
     if not np.can_cast(array.dtype, wanted, casting="same_kind"):  # int to float passes; float to int does not
         raise ValueError(f"output '{spec.name}' is declared {spec.datatype.value} but execute returned {array.dtype}")
     return array.astype(wanted)

@@ -254,7 +254,9 @@ class Scheduler:
                 if decision.batch is None:
                     self._arm(decision.wake_at)
                     break
-                instance = self._pool.acquire(avoid=decision.batch[0].failed_on)
+                # A retried request may sit behind a higher-priority one: any member's failed instance counts.
+                failed_on = next((p.failed_on for p in decision.batch if p.failed_on is not None), None)
+                instance = self._pool.acquire(avoid=failed_on)
                 if instance is None:  # the policy saw an idle instance; nothing else takes one meanwhile
                     self._arm(None)
                     break
@@ -290,18 +292,25 @@ class Scheduler:
         if not live:
             self._pool.release(instance)
             return
-        if reason is not None:
-            self._metrics.release(reason.value)
-        for item in live:
-            if item.dispatched_at is None:
-                item.dispatched_at = now
-                wait = now - item.arrival
-                self._metrics.queue_seconds.observe(wait)
-                self.stats.queue_count += 1
-                self.stats.queue_ns += int(wait * 1e9)
+        try:
+            if reason is not None:
+                self._metrics.release(reason.value)
+            for item in live:
+                if item.dispatched_at is None:
+                    item.dispatched_at = now
+                    wait = now - item.arrival
+                    self._metrics.queue_seconds.observe(wait)
+                    self.stats.queue_count += 1
+                    self.stats.queue_ns += int(wait * 1e9)
+            span = self._tracer.batch((p.request for p in live), sum(p.rows for p in live))
+        except Exception:  # taken from the queue already: the pump's boundary would not see these
+            log.exception("scheduler for %s/%s failed to dispatch a batch", self.model, self.version)
+            self._pool.release(instance)
+            for item in live:
+                settle(item.future, InternalError("the scheduler failed; see the server log"))
+            return
         ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._running.add(ended)
-        span = self._tracer.batch((p.request for p in live), sum(p.rows for p in live))
         on_done = functools.partial(self._finished, instance, live, self._clock.now(), span, ended)
         try:
             instance.run_batch([p.request.inputs for p in live], on_done)
@@ -346,7 +355,7 @@ class Scheduler:
             self._record_execution(sum(rows), elapsed, len(batch))
             responses = [
                 self._response(item, own, started, elapsed)
-                for item, own in zip(batch, split_outputs(outputs, rows), strict=True)
+                for item, own in zip(batch, split_outputs(outputs, rows, self._batch.max_rows > 0), strict=True)
             ]
             # The instance takes its next batch before this one's callers wake: their tasks (encode,
             # send) then run while the model computes, instead of the model waiting behind them

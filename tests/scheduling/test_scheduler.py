@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pytest
@@ -15,6 +15,7 @@ from tensorgate.errors import DeadlineExceeded, InternalError, InvalidInput, Que
 from tensorgate.instances.base import Instance, InstanceDied
 from tensorgate.instances.pool import InstancePool
 from tensorgate.observability.metrics import Metrics
+from tensorgate.observability.tracing import NOOP_TRACER
 from tensorgate.scheduling.batch_cost import MIN_SAMPLES
 from tensorgate.scheduling.batch_policy import BatchSettings
 from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
@@ -367,3 +368,116 @@ async def test_unloading_does_not_wait_past_its_timeout_for_a_stuck_batch() -> N
     assert not stuck.done()
     instance.gate.set()
     assert (await asyncio.wait_for(stuck, 5.0)).tolist() == [[10.0, 10.0]]
+
+
+class DoublingInstance(FakeInstance):
+    """A faulty model: answers twice the rows it was given."""
+
+    async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        return {"x": np.concatenate([inputs["x"], inputs["x"]])}
+
+
+async def test_a_lone_request_never_gets_rows_it_did_not_send() -> None:
+    """Alone or batched, the same wrong answer fails the same way: a request's answer cannot depend
+    on whether it happened to share a batch."""
+    scheduler = make(DoublingInstance("a"))
+    with pytest.raises(InternalError, match="returned 2 rows of output 'x' for a batch of 1"):
+        await asyncio.wait_for(submit(scheduler, 1.0), 5.0)
+
+
+async def test_a_model_without_a_batch_axis_answers_whole() -> None:
+    metrics = Metrics(CollectorRegistry(), process=False).for_version("m", 1)
+    pool = InstancePool([DoublingInstance("a")])
+    scheduler = Scheduler("m", 1, pool, BatchSettings(0, False, 0.0), QueueSettings(), MonotonicClock(), metrics)
+    assert (await asyncio.wait_for(submit(scheduler, 3.0), 5.0)).tolist() == [[3.0, 3.0], [3.0, 3.0]]
+
+
+class FailingTracer:
+    """A tracer whose batch span raises once: a fault after the batch left the queue."""
+
+    enabled = False
+
+    def __init__(self) -> None:
+        self.failures = 1
+
+    def batch(self, requests: object, rows: int) -> object:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("tracer bug")
+        return NOOP_TRACER.batch((), rows)
+
+
+async def test_a_fault_while_dispatching_answers_the_batch_and_frees_the_instance() -> None:
+    metrics = Metrics(CollectorRegistry(), process=False).for_version("m", 1)
+    instance = GatedInstance("a", gated=False)
+    tracer = FailingTracer()
+    scheduler = Scheduler(
+        "m",
+        1,
+        InstancePool([instance]),
+        BatchSettings(8, True, 0.0),
+        QueueSettings(),
+        MonotonicClock(),
+        metrics,
+        tracer,  # type: ignore[arg-type]
+    )
+    with pytest.raises(InternalError, match="scheduler failed"):
+        await asyncio.wait_for(submit(scheduler, 1.0), 5.0)
+    assert (await asyncio.wait_for(submit(scheduler, 2.0), 5.0)).tolist() == [[20.0, 20.0]]
+    assert scheduler.running == 0
+
+
+async def until(condition: Callable[[], bool], turns: int = 10_000) -> None:
+    """Let the loop turn until ``condition`` holds; bounded, so a failing test fails, never hangs."""
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the condition never held")
+
+
+class Rejoining(FakeInstance):
+    """Runs one batch per opening of its gate; can die once, as a killed worker, and rejoin."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.gate = asyncio.Event()
+        self.started = asyncio.Event()
+        self.die_next = False
+        self.batches: list[list[float]] = []
+
+    async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        self.batches.append(inputs["x"][:, 0].tolist())
+        self.started.set()
+        await self.gate.wait()
+        self.gate.clear()
+        if self.die_next:
+            self.die_next = False
+            self.alive = False
+            raise InstanceDied("worker killed")
+        return {"x": inputs["x"] * 10}
+
+
+async def test_a_retry_behind_a_higher_priority_request_still_avoids_its_failed_instance() -> None:
+    a, b = Rejoining("a"), Rejoining("b")
+    scheduler = make(a, b, delay_s=3600.0, queue=QueueSettings(priority_levels=2))
+    assert scheduler.batch_cost is not None
+    retried = asyncio.ensure_future(submit(scheduler, 1.0, priority=2))  # to a, at once
+    await asyncio.wait_for(a.started.wait(), 5.0)
+    blocker = asyncio.ensure_future(
+        scheduler.submit(InferRequest(model="m", inputs={"x": np.full((8, 2), 2.0, np.float32)}), 8, ((2,),))
+    )
+    await asyncio.wait_for(b.started.wait(), 5.0)  # a full batch keeps b busy
+    a.die_next = True
+    a.gate.set()  # a dies running the request: it is requeued, to wait for company while b is busy
+    await until(lambda: scheduler.queued == 1)
+    a.alive = True
+    scheduler.poke()  # a restarted and rejoined
+    urgent = asyncio.ensure_future(submit(scheduler, 3.0, priority=1))  # heads the batch from now on
+    await until(lambda: scheduler.queued == 2)
+    b.gate.set()  # b frees up: both idle, and the retry must not go back to a
+    await until(lambda: len(a.batches) + len(b.batches) == 3)
+    assert b.batches[1] == [3.0, 1.0]
+    assert a.batches == [[1.0]]
+    b.gate.set()
+    await asyncio.wait_for(asyncio.gather(retried, blocker, urgent), 5.0)

@@ -57,6 +57,28 @@ def test_a_model_runs_with_its_parameters_and_unloads(tmp_path: Path) -> None:
     assert (tmp_path / "scorer" / "1" / "unloaded").read_text() == "yes"
 
 
+REUSING = """
+class Reusing(PythonModel):
+    def load(self, context):
+        self.out = np.zeros((8, 2), np.float32)
+        self.labels = np.empty(8, dtype=object)
+
+    def execute(self, inputs):
+        x = inputs["INPUT"]
+        self.labels[: len(x)] = [str(v).encode() for v in x[:, 0]]
+        return {"OUTPUT": np.add(x, 1, out=self.out[: len(x)]), "LABEL": self.labels[: len(x)]}
+"""
+
+
+def test_answers_survive_a_model_that_reuses_its_output_buffers(tmp_path: Path) -> None:
+    """The next batch may run while this one's answers are still being encoded: they are copies."""
+    backend = _load(tmp_path, REUSING)
+    first = backend.execute({"INPUT": np.full((2, 2), 1.0, np.float32)})
+    backend.execute({"INPUT": np.full((2, 2), 5.0, np.float32)})
+    assert first["OUTPUT"].tolist() == [[2.0, 2.0], [2.0, 2.0]]
+    assert first["LABEL"].tolist() == [b"1.0", b"1.0"]
+
+
 def test_numbers_of_a_wider_type_are_cast_to_the_declared_one(tmp_path: Path) -> None:
     code = """
 class Scorer(PythonModel):
