@@ -201,7 +201,9 @@ class Server:
         self.service.draining = True
         if section.drain_delay_s > 0:
             await asyncio.sleep(section.drain_delay_s)  # load balancers need time to stop sending
-        # HTTP and gRPC stop together, so the exit timeout bounds both rather than each in turn.
+        # One deadline for everything after the drain delay: HTTP and gRPC stop together, and the
+        # models get what is left, so the exit timeout bounds the whole exit rather than each stage.
+        deadline = self.clock.now() + section.exit_timeout_s
         stopping = [listener.stop() for listener in self._listeners]
         if self._grpc is not None:
             stopping.append(self._grpc.stop(grace_s=section.exit_timeout_s))  # GOAWAY; in-flight RPCs finish
@@ -211,7 +213,7 @@ class Server:
         )
         if abandoned:
             log.warning("stopping models with %d request(s) still queued or running", abandoned)
-        await self.manager.aclose(drain_timeout_s=section.exit_timeout_s)
+        await self.manager.aclose(drain_timeout_s=max(0.0, deadline - self.clock.now()))
         self.tracer.shutdown()  # flush spans of the last requests
         self.access_log.flush()
         log.info("server stopped")

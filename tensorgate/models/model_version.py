@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 from dataclasses import dataclass
 
 from tensorgate.clock import Clock
 from tensorgate.errors import InvalidInput, TensorgateError, Unavailable
+from tensorgate.instances.base import Instance
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.specs import ResolvedSpecs
 from tensorgate.models.validation import TensorRules
@@ -59,6 +61,7 @@ class ModelVersion:
         self.pool = pool
         self.state = VersionState.WARMING
         self.metrics = metrics
+        self._clock = clock
         self.scheduler = Scheduler(name, version, pool, specs.batch, queue, clock, metrics, tracer)
 
     @property
@@ -95,14 +98,19 @@ class ModelVersion:
         self.metrics.outcome(error.outcome)
 
     async def aclose(self, drain_timeout_s: float) -> None:
+        """Finish what is queued and running within ``drain_timeout_s`` in all, then close the
+        instances side by side (a stuck worker's kill grace is paid once, not once per worker)."""
         self.state = VersionState.DRAINING
+        deadline = self._clock.now() + drain_timeout_s
         await self.scheduler.drain(drain_timeout_s)
-        await self.scheduler.aclose(timeout_s=drain_timeout_s)
-        for instance in self.pool.instances:
-            self.metrics.untrack_worker(instance.name)
-            try:
-                await instance.aclose()
-            except Exception:
-                log.exception("closing instance %s failed", instance.name)
+        await self.scheduler.aclose(timeout_s=max(0.0, deadline - self._clock.now()))
+        await asyncio.gather(*(self._close_instance(instance) for instance in self.pool.instances))
         self.state = VersionState.UNLOADED
         self.metrics.metrics.model_ready.labels(self.name, str(self.version)).set(0)
+
+    async def _close_instance(self, instance: Instance) -> None:
+        self.metrics.untrack_worker(instance.name)
+        try:
+            await instance.aclose()
+        except Exception:
+            log.exception("closing instance %s failed", instance.name)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+from model_builders import metric, v2_body, wait_until, write_python_model
 
 from tensorgate.testing import ServerProcess
 
@@ -107,3 +108,34 @@ def test_sigterm_drains_then_exits_zero(example_repo: Path) -> None:
         messages = [json.loads(line).get("message", "") for line in server.log_path.read_text().splitlines()]
         assert any("shutdown requested" in m for m in messages)
         assert any("server stopped" in m for m in messages)
+
+
+def test_the_exit_timeout_bounds_the_whole_exit_when_every_worker_is_stuck(tmp_path: Path) -> None:
+    """Three process workers each stuck in a 60 s batch, a fourth request queued, an exit timeout
+    under a second: the exit takes that timeout plus one worker kill grace (5 s), not a stage's
+    timeout after another and a grace per worker, and never waits for the model."""
+    write_python_model(
+        tmp_path,
+        "stuck",
+        parameters={"delay_ms": 60_000},
+        max_batch_size=1,
+        dynamic_batching={"max_queue_delay_ms": 0},
+        instance_group=[{"count": 3, "isolation": "process"}],
+    )
+    args = ("--model-repository", str(tmp_path), "--exit-timeout", "0.5", "--drain-delay", "0")
+    with ServerProcess(*args) as server:
+        body = json.dumps(v2_body([[1.0] * 4])).encode()
+        head = f"POST /v2/models/stuck/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        clients = [socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=15) for _ in range(4)]
+        for client in clients:
+            client.sendall(head + body)
+        wait_until(lambda: metric(server.metrics_url, "tensorgate_inflight_requests", model="stuck") == 4)
+        assert server.process is not None
+        sent = time.monotonic()
+        server.signal(signal.SIGTERM)
+        code = server.process.wait(timeout=30)
+        elapsed = time.monotonic() - sent
+        for client in clients:
+            client.close()
+    assert code == 0, server.log()
+    assert elapsed < 0.5 + 5 + 3, f"exit took {elapsed:.1f} s"

@@ -495,7 +495,8 @@ class HttpListener:
             # Keep idle connections longer than proxies do (nginx 60 s) so the proxy never reuses a
             # connection we are closing.
             timeout_keep_alive=keep_alive_s,
-            timeout_graceful_shutdown=int(exit_timeout_s) or None,
+            # uvicorn waits with asyncio.wait_for, so fractions hold (int() made 0.5 s "no limit").
+            timeout_graceful_shutdown=exit_timeout_s,
             backlog=2048,
         )
         self._server = _Uvicorn(config)
