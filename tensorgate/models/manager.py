@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from tensorgate.backends.base import LoadSpec
 from tensorgate.clock import Clock
 from tensorgate.config.model_config import DynamicBatching
 from tensorgate.errors import ModelLoadError
-from tensorgate.instances.base import Instance
+from tensorgate.instances.base import Instance, InstanceDied
 from tensorgate.instances.factory import create_instance, placements
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
@@ -116,14 +116,20 @@ class ModelManager:
                 vmetrics,
                 self.tracer,
             )
+            warm = functools.partial(
+                warm_up,
+                samples=source.config.warmup,
+                specs=specs.inputs,
+                batched=specs.max_batch_size > 0,
+                directory=vsource.directory,
+            )
+            # Wired before the warm-up: a worker that dies warming up is restarted, warmed and
+            # counted like one that dies serving.
+            for instance in instances:
+                _wire(instance, model_version, warm)
             status.state = VersionState.WARMING
             warm_started = self._clock.now()
-            await asyncio.gather(
-                *(
-                    warm_up(i, source.config.warmup, specs.inputs, specs.max_batch_size > 0, vsource.directory)
-                    for i in instances
-                )
-            )
+            await _warm_all(instances, warm)
             vmetrics.metrics.warmup_seconds.labels(name, str(version)).observe(self._clock.now() - warm_started)
         except ModelLoadError as exc:
             status.state, status.reason = VersionState.FAILED, str(exc)
@@ -139,20 +145,6 @@ class ModelManager:
             log.exception("model %s version %d failed to load", name, version)
             await _close_all(instances)
             return
-        for instance in instances:
-            vmetrics.instance_health(instance.name, True)
-            instance.on_health_change = _health_listener(model_version)
-            instance.on_restart = _restart_listener(model_version)
-            instance.on_lost = _lost_listener(model_version)
-            if instance.pid is not None:  # in a worker process of its own: its CPU and memory too
-                vmetrics.track_worker(instance.name, functools.partial(_pid_of, instance))
-            instance.warm = functools.partial(
-                warm_up,
-                samples=source.config.warmup,
-                specs=specs.inputs,
-                batched=specs.max_batch_size > 0,
-                directory=vsource.directory,
-            )
         model_version.state = VersionState.READY
         status.state = VersionState.READY
         entry.versions[version] = model_version
@@ -173,6 +165,37 @@ class ModelManager:
     async def aclose(self, drain_timeout_s: float) -> None:
         versions = [v for entry in self.models.values() for v in entry.versions.values()]
         await asyncio.gather(*(v.aclose(drain_timeout_s) for v in versions))
+
+
+def _wire(instance: Instance, version: ModelVersion, warm: Callable[[Instance], Awaitable[None]]) -> None:
+    """Connect an instance to its version: health, restarts and losses reach the metrics and the
+    scheduler, and a restarted instance runs ``warm`` before it rejoins rotation."""
+    version.metrics.instance_health(instance.name, instance.healthy)
+    instance.on_health_change = _health_listener(version)
+    instance.on_restart = _restart_listener(version)
+    instance.on_lost = _lost_listener(version)
+    instance.warm = warm
+    if instance.pid is not None:  # in a worker process of its own: its CPU and memory too
+        version.metrics.track_worker(instance.name, functools.partial(_pid_of, instance))
+
+
+async def _warm_all(instances: list[Instance], warm: Callable[[Instance], Awaitable[None]]) -> None:
+    """Warm every instance side by side.
+
+    One that dies warming up (a worker killed, or out of memory) is left to its restart, which warms
+    it before it rejoins: it is out of rotation meanwhile, so no request meets it cold, and the
+    others serve. Only when every instance died does the version fail: then the warm-up itself is
+    the likely cause (an input that crashes the model), and a restart would only repeat it.
+    """
+    results = await asyncio.gather(*(warm(i) for i in instances), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, InstanceDied):
+            raise result
+    died = [(i, r) for i, r in zip(instances, results, strict=True) if isinstance(r, InstanceDied)]
+    if len(died) == len(instances):
+        raise ModelLoadError(f"every instance died during warm-up (first: {died[0][1]})")
+    for instance, error in died:
+        log.warning("instance %s died during warm-up (%s); it rejoins once restarted and warmed", instance.name, error)
 
 
 def _health_listener(version: ModelVersion) -> Callable[[Instance, bool], None]:

@@ -245,3 +245,29 @@ async def test_requests_queued_on_a_worker_that_cannot_restart_are_answered_not_
         assert answered_after < 10.0  # the first restart (at once) failed: no waiting for the next tries
         assert metric(server.metrics_url, "tensorgate_inflight_requests", model="crashy") == 0
         marker.unlink()
+
+
+def test_a_worker_killed_during_the_first_warm_up_is_restarted_and_the_version_serves(tmp_path: Path) -> None:
+    """Killed while it warms up for the first time: the version still turns READY on the other
+    instance, and the killed one rejoins once restarted and warmed (before, the whole version failed
+    for good)."""
+    running = tmp_path / "running"
+    running.mkdir()
+    repo = tmp_path / "repo"
+    write_python_model(
+        repo,
+        "warming",
+        parameters={"delay_ms": 1, "first_call_ms": 1500, "running_dir": str(running)},
+        instance_group=[{"count": 2, "isolation": "process"}],
+        warmup=[{"name": "zeros", "inputs": "zeros", "batch_size": 1, "count": 1}],
+    )
+    with ServerProcess("--model-repository", str(repo), wait_ready=False) as server:
+        wait_until(lambda: any(running.iterdir()))  # a worker is inside its warm-up call
+        victim = int(next(running.iterdir()).name)
+        os.kill(victim, signal.SIGKILL)
+        server.wait_ready()
+        assert httpx.post(f"{server.url}/v2/models/warming/infer", json=v2_body([[1, 2, 3, 4]])).status_code == 200
+        wait_until(lambda: metric(server.metrics_url, "tensorgate_instance_restarts_total", model="warming") == 1, 30)
+        assert metric(server.metrics_url, "tensorgate_instance_healthy", model="warming") == 2
+        assert victim not in _workers(server) and len(_workers(server)) == 2
+        assert "died during warm-up" in server.log()
