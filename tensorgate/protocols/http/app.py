@@ -22,6 +22,7 @@ from tensorgate.errors import (
     NotFound,
     PermissionDenied,
     TensorgateError,
+    Unavailable,
     UnsupportedMedia,
 )
 from tensorgate.models.service import InferenceService
@@ -323,6 +324,9 @@ class HttpApp:
                 if watch is not None and watch.disconnected:
                     task.uncancel()
                     raise Cancelled("the client disconnected") from None
+                if self._service.draining:  # the exit timeout ran out: the table's answer, not uvicorn's bare 500
+                    task.uncancel()
+                    raise Unavailable("the server is shutting down; retry the request", retry_after_s=1.0) from None
                 raise
             finally:
                 if watch is not None:
