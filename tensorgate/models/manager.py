@@ -145,6 +145,8 @@ class ModelManager:
             log.exception("model %s version %d failed to load", name, version)
             await _close_all(instances)
             return
+        for instance in instances:  # published once READY, so a version that failed shows no healthy instance
+            vmetrics.instance_health(instance.name, instance.healthy)
         model_version.state = VersionState.READY
         status.state = VersionState.READY
         entry.versions[version] = model_version
@@ -170,7 +172,6 @@ class ModelManager:
 def _wire(instance: Instance, version: ModelVersion, warm: Callable[[Instance], Awaitable[None]]) -> None:
     """Connect an instance to its version: health, restarts and losses reach the metrics and the
     scheduler, and a restarted instance runs ``warm`` before it rejoins rotation."""
-    version.metrics.instance_health(instance.name, instance.healthy)
     instance.on_health_change = _health_listener(version)
     instance.on_restart = _restart_listener(version)
     instance.on_lost = _lost_listener(version)
