@@ -187,6 +187,9 @@ def test_every_outcome_reconciles_over_http_and_grpc(server: ServerProcess) -> N
         with pytest.raises(grpc.RpcError) as late:
             stub.ModelInfer(_grpc_request("lazy", 0.0), timeout=0.1)  # the gRPC deadline is the request's
         statuses.append(late.value.code())
+        # The server learns of that deadline on its own clock: once all three timeouts are counted,
+        # the in-flight gauge below can only be counting the two requests sent next.
+        wait_until(lambda: counts("lazy")["timeout"] == lazy["timeout"] + 3)
         running = stub.ModelInfer.future(_grpc_request("lazy", 1.0), timeout=30)
         queued = stub.ModelInfer.future(_grpc_request("lazy", 2.0), timeout=30)
         wait_until(lambda: metric(server.metrics_url, "tensorgate_inflight_requests", model="lazy") == 2)
