@@ -15,30 +15,43 @@ $(BIN)/python:
 # /opt/wheels (where this machine keeps the CPU torch wheel) is searched when it exists.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-$(STAMP): pyproject.toml $(BIN)/python
+$(STAMP): pyproject.toml setup.py $(BIN)/python
+	rm -f $(VENV)/.compiled $(VENV)/.compiled-pure
 	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[dev,llm]'
-	touch $(STAMP)
+	touch $(STAMP) $(NATIVE)
 
-install: $(STAMP)
+# The modules setup.py compiles with mypyc (listed there): an edit to one rebuilds them, so nothing
+# runs or is tested against a compiled copy of an older source. TENSORGATE_PURE_PYTHON=1 builds
+# them uncompiled (to profile them); each way has its own stamp, so switching rebuilds.
+COMPILED := $(shell sed -n 's/^    "\(tensorgate\/.*\.py\)",$$/\1/p' setup.py)
+NATIVE := $(VENV)/.compiled$(if $(TENSORGATE_PURE_PYTHON),-pure,)
 
-serve: $(STAMP)
+$(NATIVE): $(COMPILED) | $(STAMP)
+	rm -f $(VENV)/.compiled $(VENV)/.compiled-pure
+	$(BIN)/pip install --quiet --no-deps $(FIND_LINKS) -e .
+	touch $(NATIVE)
+
+install: $(STAMP) $(NATIVE)
+
+serve: install
 	$(BIN)/tensorgate serve $(ARGS)
 
-test: $(STAMP)
+test: install
 	$(BIN)/python -m pytest -n auto -q
 
 check: $(STAMP)
-	$(BIN)/ruff format --check tensorgate tests benchmarks
-	$(BIN)/ruff check tensorgate tests benchmarks
+	$(BIN)/ruff format --check setup.py tensorgate tests benchmarks
+	$(BIN)/ruff check setup.py tensorgate tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-bench: $(STAMP)
+bench: install
 	$(BIN)/python benchmarks/run_all.py
 
 # Regenerate the committed gRPC stubs (a test checks that this changes nothing).
-proto: $(STAMP)
+proto: install
 	$(BIN)/python -m tensorgate.protocols.grpc.generate
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist *.egg-info *.so tensorgate/_build.json
+	find tensorgate -name '*.so' -delete

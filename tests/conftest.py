@@ -5,9 +5,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from build_info import stale_sources
 
 from tensorgate.examples import build_example_repository
 from tensorgate.testing import ServerProcess
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse to test a compiled module whose source changed since it was built: the tests would
+    pass or fail on the old code, whatever the new source says."""
+    stale = stale_sources()
+    if stale:
+        pytest.exit(
+            f"compiled modules are older than their sources ({', '.join(stale)}): run `make install` "
+            "(or build with TENSORGATE_PURE_PYTHON=1 to run uncompiled)",
+            returncode=2,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -41,8 +41,9 @@ class _Worker:
 
     def __init__(self, name: str) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        # Not "_thread": mypyc names the C field after the attribute, and __thread is a C keyword.
+        self._runner = threading.Thread(target=self._run, name=name, daemon=True)
+        self._runner.start()
 
     def call(self, fn: Callable[[Any], Any], arg: Any, on_done: _Done) -> None:
         """Run ``fn(arg)`` on the thread; ``on_done(result, error)`` then runs on the calling loop."""
