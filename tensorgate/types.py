@@ -8,12 +8,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
-Array = npt.NDArray[Any]
+Array: TypeAlias = npt.NDArray[Any]
 
 
 class DataType(enum.Enum):
