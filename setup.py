@@ -29,6 +29,8 @@ HERE = Path(__file__).resolve().parent
 
 # The request path of an inference, in the order a request meets them.
 COMPILED = [
+    "tensorgate/types.py",
+    "tensorgate/clock.py",
     "tensorgate/protocols/http/app.py",
     "tensorgate/protocols/http/body.py",
     "tensorgate/protocols/http/disconnect.py",
@@ -51,7 +53,6 @@ COMPILED = [
     "tensorgate/instances/batch_tensors.py",
     "tensorgate/observability/access_log.py",
     "tensorgate/observability/loop_metrics.py",
-    "tensorgate/observability/tracing.py",
 ]
 MANIFEST = HERE / "tensorgate" / "_build.json"
 GROUP = "tensorgate_native"  # the shared library the compiled modules live in (default: a hash of the list)
@@ -63,16 +64,18 @@ def source_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def remove_built() -> None:
+    """An editable build compiles in place, and what an earlier build left there would still load:
+    a module compiled then and dropped from the list since, or everything, for a pure build."""
+    for stale in [*(HERE / "tensorgate").rglob("*.so"), *HERE.glob(GROUP + "__mypyc.*.so")]:
+        stale.unlink()
+
+
 def ext_modules() -> list[object]:
     if not _BUILDS.intersection(sys.argv[1:]):
         return []
+    remove_built()
     if os.environ.get("TENSORGATE_PURE_PYTHON"):
-        # An editable build compiles in place: what an earlier build left there would still load.
-        for path in COMPILED:
-            for stale in (HERE / path).parent.glob(Path(path).stem + ".*.so"):
-                stale.unlink()
-        for stale in HERE.glob(GROUP + "__mypyc.*.so"):
-            stale.unlink()
         MANIFEST.write_text(json.dumps({"compiled": {}, "pure": True}, indent=1) + "\n")
         return []
     from mypyc.build import mypycify
