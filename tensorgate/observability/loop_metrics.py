@@ -4,12 +4,11 @@ prometheus_client guards every value with a lock, because it cannot know which t
 about a microsecond per update, and a request makes several. The server's request metrics are only
 ever updated on the event-loop thread (schedulers, protocol handlers and instance callbacks all run
 there, and so does the ``/metrics`` scrape), so plain attributes are enough: an update is an
-addition, a histogram observation a bisect. ``collect`` builds the exposition at scrape time.
+addition, a histogram observation a short scan of its bounds. ``collect`` builds the exposition at scrape time.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -51,8 +50,45 @@ class HistogramChild:
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
+        # A scan from the smallest bucket, not a bisect: request durations land in the first few,
+        # and compiled, the scan costs less than the call into ``bisect``.
+        index = 0
+        for bound in self.bounds:
+            if value <= bound:
+                break
+            index += 1
+        self.counts[index] += 1
         self.sum += value
+
+
+class NullCounterChild(CounterChild):
+    """A child of a family that records nothing (metrics off): the same type, so callers bind
+    children once and call them directly either way."""
+
+    __slots__ = ()
+
+    def inc(self, amount: float = 1.0) -> None:
+        pass
+
+
+class NullGaugeChild(GaugeChild):
+    __slots__ = ()
+
+    def inc(self, amount: float = 1.0) -> None:
+        pass
+
+    def dec(self, amount: float = 1.0) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+
+class NullHistogramChild(HistogramChild):
+    __slots__ = ()
+
+    def observe(self, value: float) -> None:
+        pass
 
 
 class _Family:
@@ -63,6 +99,7 @@ class _Family:
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self.children: dict[tuple[str, ...], Any] = {}
+        self.recording = True  # False: children are the null kind (set before the first ``labels``)
 
     def labels(self, *values: str) -> Any:
         child = self.children.get(values)
@@ -94,15 +131,23 @@ class _ValueFamily(_Family):
 class Counter(_ValueFamily):
     exposition = CounterMetricFamily
 
+    def labels(self, *values: str) -> CounterChild:
+        child: CounterChild = super().labels(*values)
+        return child
+
     def _new(self) -> CounterChild:
-        return CounterChild()
+        return CounterChild() if self.recording else NullCounterChild()
 
 
 class Gauge(_ValueFamily):
     exposition = GaugeMetricFamily
 
+    def labels(self, *values: str) -> GaugeChild:
+        child: GaugeChild = super().labels(*values)
+        return child
+
     def _new(self) -> GaugeChild:
-        return GaugeChild()
+        return GaugeChild() if self.recording else NullGaugeChild()
 
 
 class Histogram(_Family):
@@ -110,8 +155,12 @@ class Histogram(_Family):
         super().__init__(name, documentation, labelnames)
         self.bounds = tuple(float(b) for b in buckets)
 
+    def labels(self, *values: str) -> HistogramChild:
+        child: HistogramChild = super().labels(*values)
+        return child
+
     def _new(self) -> HistogramChild:
-        return HistogramChild(self.bounds)
+        return HistogramChild(self.bounds) if self.recording else NullHistogramChild(self.bounds)
 
     def export(self) -> HistogramMetricFamily:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)

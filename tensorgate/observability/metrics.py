@@ -10,13 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from tensorgate.errors import OUTCOME_BY_CODE
 from tensorgate.observability.gpu import register_gpu_metrics
-from tensorgate.observability.loop_metrics import Counter, Gauge, Histogram, LoopCollector
+from tensorgate.observability.loop_metrics import (
+    Counter,
+    CounterChild,
+    Gauge,
+    GaugeChild,
+    Histogram,
+    HistogramChild,
+    LoopCollector,
+)
 from tensorgate.observability.worker_metrics import WorkerCollector
 
 if TYPE_CHECKING:
@@ -46,25 +54,6 @@ BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
 LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # Every outcome a request can end with: success, queue_full, and each reason of the error table.
 OUTCOMES = ("success", "queue_full", *dict.fromkeys(OUTCOME_BY_CODE.values()))
-
-
-class _Null:
-    """Stands in for every metric when metrics are off: each call does nothing."""
-
-    def labels(self, *_: object) -> _Null:
-        return self
-
-    def inc(self, *_: object) -> None:
-        pass
-
-    def dec(self, *_: object) -> None:
-        pass
-
-    def set(self, *_: object) -> None:
-        pass
-
-    def observe(self, *_: object) -> None:
-        pass
 
 
 class Metrics:
@@ -180,11 +169,9 @@ class Metrics:
         self._generation: GenerationMetrics | None = None
         if enabled:
             self.registry.register(loop)
-        else:
-            null = _Null()
-            for name, value in list(vars(self).items()):
-                if isinstance(value, Counter | Gauge | Histogram):
-                    setattr(self, name, null)
+        else:  # the families hand out children that record nothing, and nothing is exported
+            for family in loop.families:
+                family.recording = False
 
     def generation(self) -> GenerationMetrics:
         """The text-generation families, registered when the first generative model loads."""
@@ -217,13 +204,13 @@ class VersionMetrics:
     metrics: Metrics
     model: str
     version: str
-    outcomes: dict[str, Any]  # the children of the families (or no-ops when metrics are off)
-    request_seconds: Any
-    queue_seconds: Any
-    compute_seconds: Any
-    batch_size: Any
-    executions: Any
-    retries: Any
+    outcomes: dict[str, CounterChild]  # the children of the families (null children when metrics are off)
+    request_seconds: HistogramChild
+    queue_seconds: HistogramChild
+    compute_seconds: HistogramChild
+    batch_size: HistogramChild
+    executions: CounterChild
+    retries: CounterChild
 
     def outcome(self, name: str) -> None:
         self.outcomes[name].inc()
@@ -231,11 +218,11 @@ class VersionMetrics:
     def release(self, reason: str) -> None:
         self.metrics.batch_releases.labels(self.model, self.version, reason).inc()
 
-    def queue_depth_gauges(self, levels: int) -> list[Any]:
+    def queue_depth_gauges(self, levels: int) -> list[GaugeChild]:
         """One bound gauge per priority level (index 0 is level 1), for the scheduler to keep."""
         return [self.metrics.queue_depth.labels(self.model, self.version, str(level)) for level in range(1, levels + 1)]
 
-    def inflight_gauges(self, levels: int) -> list[Any]:
+    def inflight_gauges(self, levels: int) -> list[GaugeChild]:
         """One bound in-flight gauge per priority level (index 0 is level 1)."""
         return [self.metrics.inflight.labels(self.model, self.version, str(level)) for level in range(1, levels + 1)]
 

@@ -117,7 +117,8 @@ class _Noop:
         return None
 
 
-NOOP_TRACER: Tracer = _Noop()
+_NOOP = _Noop()
+NOOP_TRACER: Tracer = _NOOP
 
 
 class OtelTracer:
@@ -125,11 +126,15 @@ class OtelTracer:
 
     enabled = True
 
-    def __init__(self, provider: Any) -> None:
+    def __init__(self, provider: Any, sample_ratio: float = 1.0) -> None:
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self._provider = provider
+        # Sampling off (ratio 0): only a client's sampled traceparent is traced. Every other request
+        # skips the SDK, whose non-recording span would cost more than the rest of a small model's
+        # request, and keeps the client's traceparent (if any) as it came.
+        self._sampled_parents_only = sample_ratio == 0.0
         self._trace = trace
         self._tracer = provider.get_tracer("tensorgate")
         self._propagator = TraceContextTextMapPropagator()
@@ -137,8 +142,15 @@ class OtelTracer:
     def _parent(self, traceparent: str | None) -> Any:
         return self._propagator.extract({"traceparent": traceparent} if traceparent else {})
 
+    def request(
+        self, name: str, traceparent: str | None, attributes: Attributes
+    ) -> AbstractContextManager[RequestSpan]:
+        if self._sampled_parents_only and not _sampled(traceparent):
+            return _NOOP
+        return self._request(name, traceparent, attributes)
+
     @contextlib.contextmanager
-    def request(self, name: str, traceparent: str | None, attributes: Attributes) -> Iterator[RequestSpan]:
+    def _request(self, name: str, traceparent: str | None, attributes: Attributes) -> Iterator[RequestSpan]:
         span = self._tracer.start_span(
             name, context=self._parent(traceparent), kind=self._trace.SpanKind.SERVER, attributes=attributes
         )
@@ -167,10 +179,14 @@ class OtelTracer:
     def batch(self, requests: Iterable[InferRequest], rows: int) -> BatchSpan:
         contexts = []
         for request in requests:
+            if self._sampled_parents_only and not _sampled(request.traceparent):
+                continue
             if request.traceparent:
                 context = self._trace.get_current_span(self._parent(request.traceparent)).get_span_context()
                 if context.is_valid:
                     contexts.append(context)
+        if not contexts and self._sampled_parents_only:
+            return _NOOP
         parent = self._parent(None)
         if contexts:
             parent = self._trace.set_span_in_context(self._trace.NonRecordingSpan(contexts[0]))
@@ -181,6 +197,16 @@ class OtelTracer:
 
     def shutdown(self) -> None:
         self._provider.shutdown()
+
+
+def _sampled(traceparent: str | None) -> bool:
+    """Whether a W3C ``traceparent`` (``00-<trace id>-<parent id>-<flags>``) carries the sampled flag."""
+    if not traceparent or len(traceparent) < 55:
+        return False
+    try:
+        return bool(int(traceparent[53:55], 16) & 1)
+    except ValueError:
+        return False
 
 
 class _OtelRequestSpan:
@@ -245,4 +271,4 @@ def build_tracer(exporter: TraceExporter, sample_ratio: float = 1.0, *, span_exp
                 "trace_exporter 'otlp' needs opentelemetry-exporter-otlp: pip install 'tensorgate[otel]'"
             ) from exc
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    return OtelTracer(provider)
+    return OtelTracer(provider, sample_ratio)

@@ -101,6 +101,14 @@ class Scheduler:
         self._queue = RequestQueue(queue.priority_levels, queue.max_queue_size)
         self._clock = clock
         self._metrics = metrics
+        # The metric children themselves, bound once: every request ends with an outcome and two
+        # observations, and a call through ``VersionMetrics`` (interpreted) cost more than the update.
+        self._outcomes = metrics.outcomes
+        self._request_seconds = metrics.request_seconds
+        self._queue_seconds = metrics.queue_seconds
+        self._compute_seconds = metrics.compute_seconds
+        self._batch_size = metrics.batch_size
+        self._executions = metrics.executions
         self._depth_gauges = metrics.queue_depth_gauges(queue.priority_levels)
         self._inflight_gauges = metrics.inflight_gauges(queue.priority_levels)
         self._timer: asyncio.TimerHandle | None = None
@@ -184,14 +192,14 @@ class Scheduler:
     def _refused(self, outcome: str) -> None:
         """A request turned away at admission: a failure in the metrics and in the statistics
         (Triton counts its scheduler's rejections as failures too)."""
-        self._metrics.outcome(outcome)
+        self._outcomes[outcome].inc()
         self.stats.fail_count += 1
 
     def _finish(self, item: Pending, outcome: str) -> None:
         elapsed = self._clock.now() - item.arrival
         self._inflight_gauges[item.priority - 1].dec()
-        self._metrics.outcome(outcome)
-        self._metrics.request_seconds.observe(elapsed)
+        self._outcomes[outcome].inc()
+        self._request_seconds.observe(elapsed)
         stats = self.stats
         if outcome == "success":
             stats.success_count += 1
@@ -299,7 +307,7 @@ class Scheduler:
                 if item.dispatched_at is None:
                     item.dispatched_at = now
                     wait = now - item.arrival
-                    self._metrics.queue_seconds.observe(wait)
+                    self._queue_seconds.observe(wait)
                     self.stats.queue_count += 1
                     self.stats.queue_ns += int(wait * 1e9)
             span = self._tracer.batch((p.request for p in live), sum(p.rows for p in live))
@@ -389,9 +397,9 @@ class Scheduler:
     def _record_execution(self, rows: int, elapsed: float, requests: int) -> None:
         if self.batch_cost is not None:
             self.batch_cost.observe(rows, elapsed)
-        self._metrics.compute_seconds.observe(elapsed)
-        self._metrics.batch_size.observe(rows)
-        self._metrics.executions.inc()
+        self._compute_seconds.observe(elapsed)
+        self._batch_size.observe(rows)
+        self._executions.inc()
         stats = self.stats
         stats.last_inference_ms = int(time.time() * 1000)  # a timestamp (Triton's field), not a duration
         stats.execution_count += 1

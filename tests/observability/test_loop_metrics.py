@@ -51,3 +51,17 @@ def test_a_child_is_created_once_per_label_set() -> None:
     family = Counter("t", "T.", ["a", "b"])
     assert family.labels("x", "y") is family.labels("x", "y")
     assert family.labels("x", "z") is not family.labels("x", "y")
+
+
+def test_a_family_not_recording_hands_out_children_that_keep_nothing() -> None:
+    """Metrics off: the same child types (callers bind them once either way), updates dropped."""
+    counter, gauge = Counter("t_c", "C.", ["m"]), Gauge("t_g", "G.", ["m"])
+    histogram = Histogram("t_h", "H.", ["m"], buckets=(0.1,))
+    for family in (counter, gauge, histogram):
+        family.recording = False
+    counter.labels("x").inc()
+    gauge.labels("x").inc(3)
+    gauge.labels("x").set(7)
+    histogram.labels("x").observe(0.05)
+    assert counter.labels("x").value == 0 and gauge.labels("x").value == 0
+    assert histogram.labels("x").counts == [0, 0] and histogram.labels("x").sum == 0

@@ -96,6 +96,28 @@ def test_sampling_ratio_and_the_clients_decision(exporter: InMemorySpanExporter)
     assert [s.name for s in exporter.get_finished_spans()] == ["sampled"]  # parent-based: the client decides
 
 
+def test_with_sampling_off_unsampled_requests_skip_the_sdk(exporter: InMemorySpanExporter) -> None:
+    """Ratio 0: a request without a sampled traceparent gets the shared no-op (no span object, the
+    client's traceparent passed on as it came), and so does a batch of only such requests."""
+    tracer = build_tracer("none", 0.0, span_exporter=exporter)
+    try:
+        for incoming in (None, NOT_SAMPLED, "garbage"):
+            with tracer.request("unsampled", incoming, {}) as span:
+                assert span is NOOP_TRACER and span.traceparent is None
+        with pytest.raises(InvalidInput), tracer.request("unsampled", None, {}):
+            raise InvalidInput("errors still reach the caller")
+        assert tracer.batch([InferRequest(model="m", inputs={}, traceparent=NOT_SAMPLED)], rows=1) is NOOP_TRACER
+        with tracer.request("sampled", SAMPLED, {}) as span:
+            downstream = span.traceparent
+        unsampled = InferRequest(model="m", inputs={}, traceparent=NOT_SAMPLED)
+        tracer.batch([unsampled, InferRequest(model="m", inputs={}, traceparent=downstream)], rows=2).end()
+    finally:
+        tracer.shutdown()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"sampled", "batch"}
+    assert [link.context.span_id for link in spans["batch"].links] == [spans["sampled"].context.span_id]
+
+
 def test_client_errors_are_not_span_errors(tracer: Tracer, exporter: InMemorySpanExporter) -> None:
     with pytest.raises(InvalidInput), tracer.request("bad", None, {}):
         raise InvalidInput("wrong shape")

@@ -277,17 +277,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         if access is None or not access.enabled:
             return
         access.record(
-            {
-                "request_id": request_id,
-                "protocol": "grpc",
-                "method": rpc,
-                "model": message.model_name[:128] or "-",
-                "version": served.version,
-                "status": status,
-                "queue_ms": served.queue_s * 1000,
-                "compute_ms": served.compute_s * 1000,
-                "total_ms": (self._clock.now() - started) * 1000,
-            }
+            request_id,
+            "grpc",
+            rpc,
+            None,
+            message.model_name[:128] or "-",
+            served.version,
+            status,
+            served.queue_s,
+            served.compute_s,
+            self._clock.now() - started,
         )
 
 

@@ -91,8 +91,8 @@ class Call:
     model: str = "-"
     version: str = "-"
     status: int = 0
-    queue_ms: float = 0.0
-    compute_ms: float = 0.0
+    queue_s: float = 0.0
+    compute_s: float = 0.0
     connection: ConnectionWatch | None = None  # from our listener, which hands one to every request
 
     def header(self, name: bytes) -> str | None:
@@ -333,8 +333,8 @@ class HttpApp:
                     watch.close()
             span.record(response)
             call.version = str(response.version)
-            call.queue_ms = response.queue_s * 1000
-            call.compute_ms = response.compute_s * 1000
+            call.queue_s = response.queue_s
+            call.compute_s = response.compute_s
             with span.child("encode"):
                 return encode(response)
 
@@ -398,18 +398,16 @@ class HttpApp:
         if not self._access_log.enabled:
             return
         self._access_log.record(
-            {
-                "request_id": call.request_id,
-                "protocol": "http",
-                "method": call.method,
-                "path": call.path[:200],
-                "model": call.model,
-                "version": call.version,
-                "status": call.status,
-                "queue_ms": call.queue_ms,
-                "compute_ms": call.compute_ms,
-                "total_ms": (self._clock.now() - started) * 1000,
-            }
+            call.request_id,
+            "http",
+            call.method,
+            call.path[:200],
+            call.model,
+            call.version,
+            call.status,
+            call.queue_s,
+            call.compute_s,
+            self._clock.now() - started,
         )
 
 
