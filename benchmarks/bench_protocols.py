@@ -5,9 +5,11 @@
    its own in-process ceiling, measured right before and after it (``_ceiling.py``); 1 round with
    ``--quick``, 5 by default. Bars: gRPC and binary each >= 0.90 of it.
 2. MLP at 64 clients, JSON bodies, with ``hey``: everything on (metrics recorded and exported,
-   JSON access log) against everything off (``--no-metrics --no-access-log``), both servers up at
-   once, in pairs of short runs whose order alternates (4 pairs with ``--quick``, 8 by default);
-   the cost is the geometric mean over pairs. Bar: on costs <= 5 % of req/s.
+   JSON access log, tracing with an exporter and sampling off) against everything off
+   (``--no-metrics --no-access-log``, no tracing), both servers up at once, in blocks of four short
+   runs (on-off-off-on, off-on-on-off; 4 blocks with ``--quick``, 8 by default), both event loops
+   pinned to one CPU per block, alternating (``_placement.py``); the cost is the geometric mean over
+   blocks. Bar: on costs <= 5 % of req/s.
 
 The client's and the server's CPU use (cores: CPU seconds over wall seconds) are recorded beside
 each run, so a reader can tell whether the client was the bottleneck. Run:
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _ceiling import RESNET_INSTANCES, Bracket, Ceiling
 from _models import export_resnet
+from _placement import pin_event_loops
 from bench_serving import Result, hey, v2_json, write_onnx_model
 
 from tensorgate.examples.build import mlp_model
@@ -57,8 +60,8 @@ OUT = Path(__file__).parent / "out"
 WARMUP_S = 1.0
 # Seconds per in-process arrangement when measuring the ceiling around a served run.
 CEILING_S = 3.0
-# Seconds per run of the observability pairs: short, so both runs of a pair see the same host.
-OBSERVABILITY_RUN_S = 4.0
+# Seconds per run of the observability blocks: short, so the four runs of a block see the same host.
+OBSERVABILITY_RUN_S = 3.0
 
 # hey, not `tensorgate bench`, drives the MLP: on this 2-core machine hey reached ~1.5x the req/s
 # of `tensorgate bench` at 64 connections (benchmarks/out/bench_client_vs_hey.md), and the
@@ -340,7 +343,18 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
     )
     body = v2_json("features", np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32))
     configs = {
-        "on": ("--model-repository", str(repo), "--log-level", "warning"),
+        # Sampling off is ratio 0 with an exporter configured: what an operator runs to trace only
+        # the requests a client marks sampled (the console exporter prints nothing here).
+        "on": (
+            "--model-repository",
+            str(repo),
+            "--log-level",
+            "warning",
+            "--trace-exporter",
+            "console",
+            "--trace-sample-ratio",
+            "0",
+        ),
         "off": ("--model-repository", str(repo), "--log-level", "warning", "--no-metrics", "--no-access-log"),
     }
     runs: dict[str, list[Measured]] = {"on": [], "off": []}
@@ -353,32 +367,40 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
         pair_ratios: list[float] = []
         pair_cpu: list[float] = []  # server CPU seconds per request, on / off
         for index in range(rounds):
-            # Pairs of short runs, the order alternating (on-off, off-on, ...): this host's speed
-            # drifts by tens of percent within a minute, so each pair is compared within itself
-            # and the cost is the geometric mean over pairs.
-            for name in ("on", "off") if index % 2 == 0 else ("off", "on"):
+            # Blocks of four short runs, on-off-off-on (then off-on-on-off, alternating): this host's
+            # speed drifts by tens of percent within a minute, and a steady drift across a block
+            # weighs on both configurations alike, which a pair of runs cannot give (in pairs, single
+            # ratios here ranged from -21 % to +30 % around a cost near 2 %). Each block is compared
+            # within itself; the cost is the geometric mean over blocks.
+            order = ("on", "off", "off", "on") if index % 2 == 0 else ("off", "on", "on", "off")
+            # Blocks 1 and 2 (one of each order) on one CPU, 3 and 4 on the other, and so on.
+            pin_event_loops(pids, index // 2)
+            block: dict[str, list[Measured]] = {"on": [], "off": []}
+            for turn, name in enumerate(order):
                 server = servers[name]
-                label = f"pair {index + 1}, everything {name}"
+                label = f"block {index + 1}, run {turn + 1}, everything {name}"
                 started = time.perf_counter()
                 others = [pid for pid in pids if pid != server.process.pid]  # type: ignore[union-attr]
                 with CpuSampler(server.process.pid, others) as sampler:  # type: ignore[union-attr]
                     result = hey(f"{server.url}/v2/models/mlp/infer", body, 64, seconds, label=label)
                 wall = time.perf_counter() - started
                 client, served = sampler.cores(seconds)
-                runs[name].append(Measured(result, client, served, wall))
+                block[name].append(Measured(result, client, served, wall))
+                runs[name].append(block[name][-1])
                 table.append(row(runs[name][-1]))
-            on, off = runs["on"][-1], runs["off"][-1]
-            pair_ratios.append(on.result.rps / off.result.rps)
-            pair_cpu.append((on.server_cores / on.result.rps) / (off.server_cores / off.result.rps))
+            rps = {name: sum(m.result.rps for m in ms) for name, ms in block.items()}
+            cpu = {name: sum(m.server_cores / m.result.rps for m in ms) for name, ms in block.items()}
+            pair_ratios.append(rps["on"] / rps["off"])
+            pair_cpu.append(cpu["on"] / cpu["off"])
         exported = httpx.get(servers["on"].metrics_url, timeout=5).text
         with open(servers["on"].log_path, "rb") as log:
             access_lines = sum(1 for _ in log)
     median = {name: statistics.median(m.result.rps for m in ms) for name, ms in runs.items()}
     p50 = {name: statistics.median(m.result.p50_ms for m in ms) for name, ms in runs.items()}
     p99 = {name: statistics.median(m.result.p99_ms for m in ms) for name, ms in runs.items()}
-    # The geometric mean over pairs, not the median: the order inside a pair alternates, and in
-    # runs here the first run of a pair was often 15-20 % off the second whichever server it
-    # hit; averaging the log-ratios of as many on-first as off-first pairs cancels that.
+    # The geometric mean over blocks, not the median: as many blocks start with either
+    # configuration, and averaging their log-ratios cancels what the first run of a block gains or
+    # loses whichever server it hits (15-20 % in some runs here).
     cost = 1 - statistics.geometric_mean(pair_ratios)
     samples = sum(1 for line in exported.splitlines() if line and not line.startswith("#"))
     lines += [
@@ -386,11 +408,14 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
         "",
         "Input `features` FP32 [1, 16]; config `max_batch_size: 64`, `dynamic_batching: "
         "{max_queue_delay_ms: 2, max_queue_size: 4096}`. Two servers up at once: *on* (defaults: metrics "
-        "recorded and exported, JSON access log, tracing exporter none) and *off* (`--no-metrics "
-        f"--no-access-log`). Load from `{MLP_CLIENT} -c 64 -z {seconds:g}s`, {rounds} pairs of runs, one of "
-        "each configuration, the order alternating, after a 1 s warm-up of each; the cost is 1 minus the "
-        "geometric mean over pairs of (on req/s / off req/s). CPU columns: CPU seconds per wall second over each "
-        "counted run, the server's alone (the idle one not included).",
+        "recorded and exported, JSON access log, `--trace-exporter console --trace-sample-ratio 0`: tracing "
+        "configured, sampling off) and *off* (`--no-metrics --no-access-log`, no trace exporter). Load from "
+        f"`{MLP_CLIENT} -c 64 -z {seconds:g}s`, {rounds} blocks of four runs, on-off-off-on and off-on-on-off "
+        "in turn, after a 1 s warm-up of each server; the cost is 1 minus the geometric mean over blocks of "
+        "(the block's on req/s / its off req/s). Both servers' event loops are pinned to one CPU per two "
+        "blocks, the CPU alternating (on this host a loop on CPU 1 served ~5 % more than one on CPU 0). CPU "
+        "columns: CPU seconds per wall second over each counted run, the server's alone (the idle one not "
+        "included).",
         "",
         header("req/s", ceiling=False),
         *table,
@@ -400,11 +425,11 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
         *[f"| everything {n} | {median[n]:,.0f} | {p50[n]:.2f} | {p99[n]:.2f} |" for n in ("on", "off")],
         "",
         f"- Cost of observability: **{cost * 100:+.1f} %** of req/s (bar: <= 5 %): {verdict(cost <= 0.05)}. "
-        f"Per pair: {', '.join(f'{(1 - r) * 100:+.1f} %' for r in pair_ratios)}.",
+        f"Per block: {', '.join(f'{(1 - r) * 100:+.1f} %' for r in pair_ratios)}.",
         f"- The same cost in server CPU per request (the server is bound by its one event-loop core here, so "
         "this is the cost a saturated server pays, less exposed than req/s to the CPU other processes take): "
-        f"**{(statistics.geometric_mean(pair_cpu) - 1) * 100:+.1f} %**; per pair: "
-        f"{', '.join(f'{(r - 1) * 100:+.1f} %' for r in pair_cpu)}.",
+        f"**{(statistics.geometric_mean(pair_cpu) - 1) * 100:+.1f} %**; "
+        f"{', '.join(f'{(r - 1) * 100:+.1f} %' for r in pair_cpu)} per block.",
         f"- P50 {p50['on'] / p50['off']:.2f}x and P99 {p99['on'] / p99['off']:.2f}x with it on.",
         f"- Sanity: the *on* server exported {samples} metric samples and wrote {access_lines:,} log lines "
         "(nearly all access-log records) over the warm-up and the runs.",

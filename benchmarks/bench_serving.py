@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 
 from _ceiling import RESNET_INSTANCES, Bracket, Ceiling
 from _models import export_resnet18
+from _placement import pin_event_loops
 from model_builders import write_python_model
 
 from tensorgate.examples.build import mlp_model
@@ -48,8 +49,9 @@ from tensorgate.testing import ServerProcess
 OUT = Path(__file__).parent / "out"
 # A lone client's latency with batching off and on: alternating runs of each (medians compared).
 LONE_RUNS = 9
-# The naive Flask baseline against tensorgate: pairs of runs, the order alternating.
-NAIVE_PAIRS = 3
+# The naive Flask baseline against tensorgate: pairs of runs, the order alternating, and
+# tensorgate's event loop on each CPU in turn (an even count gives both orders on both CPUs).
+NAIVE_PAIRS = 4
 # Rounds of the ResNet scenarios: single runs on this host ranged from 0.73 to 0.93 of the ceiling
 # for the same scenario within an hour, so each figure is the median of several.
 RESNET_ROUNDS = 3
@@ -187,7 +189,9 @@ def mlp_section(work: Path, seconds: float, lines: list[str]) -> None:
                 lone[mode].append(hey(f"{server.url}/v2/models/{model_name}/infer", body, 1, max(3.0, seconds / 3)))
         # The naive server against tensorgate in pairs of runs seconds apart, the order alternating:
         # one run of each, minutes apart, put this host's drift into the ratio.
+        assert server.process is not None
         for index in range(NAIVE_PAIRS):
+            pin_event_loops([server.process.pid], index // 2)
             runs: dict[str, Result] = {}
             for name in ("naive", "served") if index % 2 == 0 else ("served", "naive"):
                 url = naive_url if name == "naive" else f"{server.url}/v2/models/mlp_batched/infer"
@@ -218,7 +222,8 @@ def mlp_section(work: Path, seconds: float, lines: list[str]) -> None:
     lines += [row for n, s in pairs for row in (n.row(), s.row())]
     lines += [
         "",
-        f"Both servers up at once; {NAIVE_PAIRS} pairs of runs, the order alternating. Batching on vs naive: "
+        f"Both servers up at once; {NAIVE_PAIRS} pairs of runs, the order alternating, tensorgate's event loop "
+        "pinned to one CPU, another every two pairs (`_placement.py`). Batching on vs naive: "
         f"**{float(np.median(ratios)):.1f}x** req/s (median of the pairs' ratios: "
         f"{', '.join(f'{r:.1f}x' for r in ratios)}), P99 {p99:.1f} ms (median) (bar: >= 7x with P99 < 20 ms).",
         "",
