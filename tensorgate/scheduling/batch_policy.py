@@ -44,6 +44,14 @@ class Decision:
     reason: ReleaseReason | None = None
     wake_at: float | None = None  # when to decide again if nothing else happens first
 
+    def __init__(
+        self, batch: list[Pending] | None, reason: ReleaseReason | None = None, wake_at: float | None = None
+    ) -> None:
+        # Written out: a generated dataclass __init__ stays interpreted under mypyc (see types.py).
+        object.__setattr__(self, "batch", batch)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "wake_at", wake_at)
+
 
 def form_batch(queue: RequestQueue, settings: BatchSettings) -> tuple[list[Pending], ReleaseReason | None]:
     """The head of the queue as one batch, and what stops it from growing (None while it still can).

@@ -23,3 +23,28 @@ class Pending:
     attempts: int = 0
     failed_on: Any = None  # the instance a failed attempt ran on: its retry goes elsewhere when it can
     dispatched_at: float | None = None
+
+    def __init__(
+        self,
+        request: InferRequest,
+        rows: int,
+        shape_key: tuple[tuple[int, ...], ...],
+        priority: int,
+        arrival: float,
+        deadline: float | None,
+        future: asyncio.Future[InferResponse] | None = None,
+        attempts: int = 0,
+        failed_on: Any = None,
+        dispatched_at: float | None = None,
+    ) -> None:
+        # Written out: a generated dataclass __init__ stays interpreted under mypyc (see types.py).
+        self.request = request
+        self.rows = rows
+        self.shape_key = shape_key
+        self.priority = priority
+        self.arrival = arrival
+        self.deadline = deadline
+        self.future = future
+        self.attempts = attempts
+        self.failed_on = failed_on
+        self.dispatched_at = dispatched_at

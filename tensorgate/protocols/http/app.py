@@ -95,6 +95,19 @@ class Call:
     compute_s: float = 0.0
     connection: ConnectionWatch | None = None  # from our listener, which hands one to every request
 
+    def __init__(self, method: str, path: str, headers: dict[bytes, bytes], request_id: str) -> None:
+        # Written out: a generated dataclass __init__ stays interpreted under mypyc (see types.py).
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.request_id = request_id
+        self.model = "-"
+        self.version = "-"
+        self.status = 0
+        self.queue_s = 0.0
+        self.compute_s = 0.0
+        self.connection = None
+
     def header(self, name: bytes) -> str | None:
         value = self.headers.get(name)
         return None if value is None else value.decode("latin-1")

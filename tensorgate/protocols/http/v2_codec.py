@@ -48,6 +48,11 @@ class OutputPrefs:
     binary_default: bool = False
     binary: dict[str, bool] = field(default_factory=dict)
 
+    def __init__(self, binary_default: bool = False, binary: dict[str, bool] | None = None) -> None:
+        # Written out: a generated dataclass __init__ stays interpreted under mypyc (see types.py).
+        object.__setattr__(self, "binary_default", binary_default)
+        object.__setattr__(self, "binary", {} if binary is None else binary)
+
     def wants_binary(self, name: str) -> bool:
         return self.binary.get(name, self.binary_default)
 
