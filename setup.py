@@ -53,6 +53,7 @@ COMPILED = [
     "tensorgate/instances/batch_tensors.py",
     "tensorgate/observability/access_log.py",
     "tensorgate/observability/loop_metrics.py",
+    "tensorgate/observability/trace_context.py",
 ]
 MANIFEST = HERE / "tensorgate" / "_build.json"
 GROUP = "tensorgate_native"  # the shared library the compiled modules live in (default: a hash of the list)

@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
 from tensorgate.errors import ConfigError, TensorgateError
+from tensorgate.observability.trace_context import sampled
 from tensorgate.types import InferRequest, InferResponse
 
 TraceExporter = Literal["none", "console", "otlp"]
@@ -62,6 +63,12 @@ class Tracer(Protocol):
     @property
     def enabled(self) -> bool: ...
 
+    @property
+    def sampled_only(self) -> bool:
+        """True when only requests whose ``traceparent`` is marked sampled are traced (ratio 0): the
+        callers then pass the others to :data:`NOOP_TRACER` without calling this tracer at all."""
+        ...
+
     def request(
         self, name: str, traceparent: str | None, attributes: Attributes
     ) -> AbstractContextManager[RequestSpan]:
@@ -87,6 +94,7 @@ class _Noop:
     """Tracer, request span and its context manager at once: exporter ``none`` allocates nothing per request."""
 
     enabled = False
+    sampled_only = False
 
     @property
     def traceparent(self) -> str | None:
@@ -119,6 +127,7 @@ class _Noop:
 
 _NOOP = _Noop()
 NOOP_TRACER: Tracer = _NOOP
+NOOP_BATCH: BatchSpan = _NOOP  # what a batch gets when it is not traced
 
 
 class OtelTracer:
@@ -134,7 +143,7 @@ class OtelTracer:
         # Sampling off (ratio 0): only a client's sampled traceparent is traced. Every other request
         # skips the SDK, whose non-recording span would cost more than the rest of a small model's
         # request, and keeps the client's traceparent (if any) as it came.
-        self._sampled_parents_only = sample_ratio == 0.0
+        self.sampled_only = sample_ratio == 0.0
         self._trace = trace
         self._tracer = provider.get_tracer("tensorgate")
         self._propagator = TraceContextTextMapPropagator()
@@ -145,7 +154,7 @@ class OtelTracer:
     def request(
         self, name: str, traceparent: str | None, attributes: Attributes
     ) -> AbstractContextManager[RequestSpan]:
-        if self._sampled_parents_only and not _sampled(traceparent):
+        if self.sampled_only and not sampled(traceparent):
             return _NOOP
         return self._request(name, traceparent, attributes)
 
@@ -179,13 +188,13 @@ class OtelTracer:
     def batch(self, requests: Iterable[InferRequest], rows: int) -> BatchSpan:
         contexts = []
         for request in requests:
-            if self._sampled_parents_only and not _sampled(request.traceparent):
+            if self.sampled_only and not sampled(request.traceparent):
                 continue
             if request.traceparent:
                 context = self._trace.get_current_span(self._parent(request.traceparent)).get_span_context()
                 if context.is_valid:
                     contexts.append(context)
-        if not contexts and self._sampled_parents_only:
+        if not contexts and self.sampled_only:
             return _NOOP
         parent = self._parent(None)
         if contexts:
@@ -197,16 +206,6 @@ class OtelTracer:
 
     def shutdown(self) -> None:
         self._provider.shutdown()
-
-
-def _sampled(traceparent: str | None) -> bool:
-    """Whether a W3C ``traceparent`` (``00-<trace id>-<parent id>-<flags>``) carries the sampled flag."""
-    if not traceparent or len(traceparent) < 55:
-        return False
-    try:
-        return bool(int(traceparent[53:55], 16) & 1)
-    except ValueError:
-        return False
 
 
 class _OtelRequestSpan:

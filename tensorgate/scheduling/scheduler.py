@@ -32,7 +32,8 @@ from tensorgate.instances.base import Instance, InstanceDied, ModelFailed
 from tensorgate.instances.batch_tensors import split_outputs
 from tensorgate.instances.pool import InstancePool
 from tensorgate.observability.metrics import VersionMetrics
-from tensorgate.observability.tracing import NOOP_TRACER, BatchSpan, Tracer
+from tensorgate.observability.trace_context import sampled
+from tensorgate.observability.tracing import NOOP_BATCH, NOOP_TRACER, BatchSpan, Tracer
 from tensorgate.scheduling.batch_cost import BatchCost
 from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, decide
 from tensorgate.scheduling.pending import Pending
@@ -93,6 +94,8 @@ class Scheduler:
         tracer: Tracer = NOOP_TRACER,
     ) -> None:
         self._tracer = tracer  # opens one span per executed batch (tensorgate.observability.tracing)
+        self._tracing = tracer.enabled
+        self._tracing_sampled_only = tracer.sampled_only
         self.model = model
         self.version = version
         self._pool = pool
@@ -310,7 +313,9 @@ class Scheduler:
                     self._queue_seconds.observe(wait)
                     self.stats.queue_count += 1
                     self.stats.queue_ns += int(wait * 1e9)
-            span = self._tracer.batch((p.request for p in live), sum(p.rows for p in live))
+            span = NOOP_BATCH
+            if self._tracing and (not self._tracing_sampled_only or any(sampled(p.request.traceparent) for p in live)):
+                span = self._tracer.batch((p.request for p in live), sum(p.rows for p in live))
         except Exception:  # taken from the queue already: the pump's boundary would not see these
             log.exception("scheduler for %s/%s failed to dispatch a batch", self.model, self.version)
             self._pool.release(instance)

@@ -32,13 +32,17 @@ HTTP_PARENT = "1111111111111111"
 GRPC_PARENT = "2222222222222222"
 
 
-@pytest.fixture()
-async def traced(example_repo: Path) -> AsyncIterator[tuple[Server, InMemorySpanExporter]]:
+@pytest.fixture(params=[1.0])
+async def traced(
+    example_repo: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[Server, InMemorySpanExporter]]:
+    """A server tracing new traces at the ratio given as the parameter (1 unless a test says)."""
     exporter = InMemorySpanExporter()
     section = ServerSection(
         model_repository=example_repo, http_port=0, grpc_port=0, metrics_port=None, access_log=False
     )
-    server = Server(ServerConfig(server=section), tracer=build_tracer("none", 1.0, span_exporter=exporter))
+    tracer = build_tracer("none", request.param, span_exporter=exporter)
+    server = Server(ServerConfig(server=section), tracer=tracer)
     thresholds = gc.get_threshold()
     try:
         await server.start()
@@ -90,3 +94,27 @@ async def test_http_and_grpc_requests_continue_the_callers_trace(
         assert request.start_time is not None and request.end_time is not None
         assert encode.start_time is not None and encode.end_time is not None
         assert request.start_time <= encode.start_time <= encode.end_time <= request.end_time
+
+
+@pytest.mark.parametrize("traced", [0.0], indirect=True)
+async def test_with_sampling_off_only_a_sampled_callers_request_is_traced(
+    traced: tuple[Server, InMemorySpanExporter],
+) -> None:
+    """Ratio 0: requests without a sampled traceparent leave no span at all (nor does their batch);
+    one the caller marks sampled is traced end to end."""
+    server, exporter = traced
+    body = {"inputs": [{"name": "features", "shape": [1, 16], "datatype": "FP32", "data": [0.5] * 16}]}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.ports['http']}") as http:
+        for headers in ({}, {"traceparent": f"00-{TRACE_ID}-{HTTP_PARENT}-00"}):
+            assert (await http.post("/v2/models/mlp/infer", json=body, headers=headers)).status_code == 200
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.ports['grpc']}") as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            message = service_pb2.ModelInferRequest(model_name="mlp")
+            message.inputs.add(name="features", datatype="FP32", shape=[1, 16])
+            message.raw_input_contents.append(np.ones((1, 16), np.float32).tobytes())
+            await stub.ModelInfer(message, timeout=30)
+        assert exporter.get_finished_spans() == ()
+        sampled = {"traceparent": f"00-{TRACE_ID}-{HTTP_PARENT}-01"}
+        assert (await http.post("/v2/models/mlp/infer", json=body, headers=sampled)).status_code == 200
+    spans = _trace(exporter, HTTP_PARENT)
+    assert {"queue", "compute", "encode", "batch"} <= set(spans), sorted(spans)

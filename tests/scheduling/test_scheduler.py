@@ -395,7 +395,8 @@ async def test_a_model_without_a_batch_axis_answers_whole() -> None:
 class FailingTracer:
     """A tracer whose batch span raises once: a fault after the batch left the queue."""
 
-    enabled = False
+    enabled = True  # the scheduler only asks a tracer that is on for batch spans
+    sampled_only = False
 
     def __init__(self) -> None:
         self.failures = 1

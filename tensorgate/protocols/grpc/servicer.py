@@ -25,7 +25,8 @@ from tensorgate.errors import (
 )
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
-from tensorgate.observability.tracing import RequestSpan, Tracer
+from tensorgate.observability.trace_context import sampled
+from tensorgate.observability.tracing import NOOP_TRACER, RequestSpan, Tracer
 from tensorgate.protocols.grpc import codec
 from tensorgate.protocols.grpc.errors import Metadata, abort
 from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
@@ -175,7 +176,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         outcome = "OK"
         served = _Served(message.model_version[:20] or "-")
         try:
-            with self._tracer.request(rpc, traceparent, {"rpc.system": "grpc", "rpc.method": rpc}) as span:
+            tracer = self._tracer
+            if tracer.sampled_only and not sampled(traceparent):
+                tracer = NOOP_TRACER  # sampling off and not marked sampled: nothing to record
+            with tracer.request(rpc, traceparent, {"rpc.system": "grpc", "rpc.method": rpc}) as span:
                 return await self._run(message, context, request_id, traceparent, span, served)
         except TensorgateError as exc:
             outcome = exc.grpc_status

@@ -27,6 +27,7 @@ from tensorgate.errors import (
 )
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
+from tensorgate.observability.trace_context import sampled
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.protocols.http.body import Receive, decompress, read_body
 from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
@@ -51,6 +52,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 Scope = dict[str, Any]
 
 _JSON = (b"content-type", b"application/json")
+_NO_ATTRIBUTES: dict[str, str] = {}
 _BINARY = (b"content-type", b"application/octet-stream")
 _CLOSE = (b"connection", b"close")
 # Content types a client may send a body as; anything else (pickle, forms of code) is refused with 415.
@@ -123,6 +125,7 @@ class HttpApp:
         tracer: Tracer = NOOP_TRACER,
     ) -> None:
         self._tracer = tracer
+        self._tracing_sampled_only = tracer.sampled_only
         self._service = service
         self._settings = settings
         self._clock = clock
@@ -326,8 +329,15 @@ class HttpApp:
             request = _with_ids(request, call)
         task = asyncio.current_task()
         assert task is not None
-        attributes = {"http.request.method": call.method, "url.path": call.path[:200]}
-        with self._tracer.request(f"{call.method} infer", request.traceparent, attributes) as span:
+        tracer = self._tracer
+        if self._tracing_sampled_only and not sampled(request.traceparent):
+            tracer = NOOP_TRACER  # sampling off and not marked sampled: nothing to record
+        if tracer.enabled:
+            attributes = {"http.request.method": call.method, "url.path": call.path[:200]}
+            spans = tracer.request(f"{call.method} infer", request.traceparent, attributes)
+        else:  # the no-op takes no notice of its arguments: build none
+            spans = tracer.request("", None, _NO_ATTRIBUTES)
+        with spans as span:
             if span.traceparent is not None:  # None when tracing is off: no copy of the request
                 request = replace(request, traceparent=span.traceparent)
             watch = call.connection.arm(task) if call.connection is not None else None
