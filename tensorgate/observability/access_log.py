@@ -12,7 +12,7 @@ import sys
 import time
 from typing import IO
 
-from tensorgate.observability.access_lines import JSON_LINES, AccessLine, GrpcLine, HttpLine
+from tensorgate.observability.access_lines import JSON_LINES, AccessLine
 
 FLUSH_INTERVAL_S = 0.05
 FLUSH_RECORDS = 256  # about 64 KiB of JSON lines
@@ -73,39 +73,21 @@ class AccessLog:
             return
         # A wall-clock timestamp for the log line, not a duration.
         stamp = self._timestamp(time.time())
-        queue_ms, compute_ms, total_ms = queue_s * 1000, compute_s * 1000, total_s * 1000
-        line: AccessLine
-        if path is None:
-            line = GrpcLine(
-                stamp,
-                _INFO,
-                _LOGGER,
-                request_id,
-                protocol,
-                method,
-                model,
-                version,
-                status,
-                queue_ms,
-                compute_ms,
-                total_ms,
-            )
-        else:
-            line = HttpLine(
-                stamp,
-                _INFO,
-                _LOGGER,
-                request_id,
-                protocol,
-                method,
-                path,
-                model,
-                version,
-                status,
-                queue_ms,
-                compute_ms,
-                total_ms,
-            )
+        line = AccessLine(
+            stamp,
+            _INFO,
+            _LOGGER,
+            request_id,
+            protocol,
+            method,
+            model,
+            version,
+            status,
+            queue_s * 1000,
+            compute_s * 1000,
+            total_s * 1000,
+            path,
+        )
         self._pending.append(line)
         if len(self._pending) >= FLUSH_RECORDS:
             self.flush()
@@ -132,7 +114,7 @@ class AccessLog:
 
 def _text_line(line: AccessLine) -> str:
     """The same fields for a terminal: what was asked, how it ended, where the time went."""
-    target = line.path if isinstance(line, HttpLine) else line.model
+    target = line.path or line.model
     return (
         f"{line.ts} ACCESS  {line.protocol} {line.method} {target} {line.status} model={line.model} "
         f"version={line.version} queue_ms={line.queue_ms:.2f} compute_ms={line.compute_ms:.2f} "

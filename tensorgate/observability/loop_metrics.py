@@ -10,7 +10,7 @@ addition, a histogram observation a short scan of its bounds. ``collect`` builds
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
@@ -91,17 +91,20 @@ class NullHistogramChild(HistogramChild):
         pass
 
 
-class _Family:
-    kind = ""
+Child = TypeVar("Child", CounterChild, GaugeChild, HistogramChild)
+
+
+class _Family(Generic[Child]):
+    """A metric family: its children by label values, each made on first use."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self.children: dict[tuple[str, ...], Any] = {}
+        self.children: dict[tuple[str, ...], Child] = {}
         self.recording = True  # False: children are the null kind (set before the first ``labels``)
 
-    def labels(self, *values: str) -> Any:
+    def labels(self, *values: str) -> Child:
         child = self.children.get(values)
         if child is None:
             if len(values) != len(self.labelnames):
@@ -109,14 +112,17 @@ class _Family:
             child = self.children[values] = self._new()
         return child
 
-    def _new(self) -> Any:
+    def _new(self) -> Child:
         raise NotImplementedError
 
     def export(self) -> Any:
         raise NotImplementedError
 
 
-class _ValueFamily(_Family):
+Value = TypeVar("Value", CounterChild, GaugeChild)
+
+
+class _ValueFamily(_Family[Value]):
     """A family whose children hold one number each (counters, gauges)."""
 
     exposition: type[CounterMetricFamily] | type[GaugeMetricFamily]
@@ -128,36 +134,24 @@ class _ValueFamily(_Family):
         return family
 
 
-class Counter(_ValueFamily):
+class Counter(_ValueFamily[CounterChild]):
     exposition = CounterMetricFamily
-
-    def labels(self, *values: str) -> CounterChild:
-        child: CounterChild = super().labels(*values)
-        return child
 
     def _new(self) -> CounterChild:
         return CounterChild() if self.recording else NullCounterChild()
 
 
-class Gauge(_ValueFamily):
+class Gauge(_ValueFamily[GaugeChild]):
     exposition = GaugeMetricFamily
-
-    def labels(self, *values: str) -> GaugeChild:
-        child: GaugeChild = super().labels(*values)
-        return child
 
     def _new(self) -> GaugeChild:
         return GaugeChild() if self.recording else NullGaugeChild()
 
 
-class Histogram(_Family):
+class Histogram(_Family[HistogramChild]):
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]) -> None:
         super().__init__(name, documentation, labelnames)
         self.bounds = tuple(float(b) for b in buckets)
-
-    def labels(self, *values: str) -> HistogramChild:
-        child: HistogramChild = super().labels(*values)
-        return child
 
     def _new(self) -> HistogramChild:
         return HistogramChild(self.bounds) if self.recording else NullHistogramChild(self.bounds)
@@ -174,13 +168,16 @@ class Histogram(_Family):
         return family
 
 
+Family = TypeVar("Family", bound=_Family[Any])
+
+
 class LoopCollector:
     """Registered on the server's registry; prometheus_client calls ``collect`` on every scrape."""
 
     def __init__(self) -> None:
-        self.families: list[_Family] = []
+        self.families: list[_Family[Any]] = []
 
-    def add(self, family: _Family) -> Any:
+    def add(self, family: Family) -> Family:
         self.families.append(family)
         return family
 
