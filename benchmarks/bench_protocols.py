@@ -7,7 +7,7 @@
 2. MLP at 64 clients, JSON bodies, with ``hey``: everything on (metrics recorded and exported,
    JSON access log, tracing with an exporter and sampling off) against everything off
    (``--no-metrics --no-access-log``, no tracing), both servers up at once, in blocks of four short
-   runs (on-off-off-on, off-on-on-off; 4 blocks with ``--quick``, 12 by default), both event loops
+   one-second runs (on-off-off-on, off-on-on-off; 8 blocks with ``--quick``, 36 by default), both event loops
    pinned to one CPU per two blocks, alternating (``_placement.py``); the cost is the median over
    blocks. Bar: on costs <= 5 % of req/s.
 
@@ -60,8 +60,16 @@ OUT = Path(__file__).parent / "out"
 WARMUP_S = 1.0
 # Seconds per in-process arrangement when measuring the ceiling around a served run.
 CEILING_S = 3.0
-# Seconds per run of the observability blocks: short, so the four runs of a block see the same host.
-OBSERVABILITY_RUN_S = 3.0
+# Seconds per run of the observability blocks: short, so the four runs of a block see the same host
+# (a block then spans ~5 s, where it spanned ~13 s with 3-second runs), and many blocks fit in the
+# time a few long ones took. Measured with 24 blocks each: one-second runs gave a block-to-block
+# spread (sd) of 9-11 % against ~12 % for three-second runs, and an A/A test (two identical "off"
+# servers) a median of +0.1 %, so the short runs add no bias of their own.
+OBSERVABILITY_RUN_S = 1.0
+# Blocks of the observability comparison. The median over n blocks moves by about 1.25 sd / sqrt(n):
+# with 36, about 2 % on this host, where 12 three-second blocks left about 4 %.
+OBSERVABILITY_BLOCKS = 36
+OBSERVABILITY_BLOCKS_QUICK = 8
 
 # hey, not `tensorgate bench`, drives the MLP: on this 2-core machine hey reached ~1.5x the req/s
 # of `tensorgate bench` at 64 connections (benchmarks/out/bench_client_vs_hey.md), and the
@@ -219,21 +227,18 @@ def cores(value: float) -> str:
     return "-" if value != value else f"{value:.2f}"
 
 
-def row(m: Measured | Result, ceiling: float | None = None) -> str:
-    result = m.result if isinstance(m, Measured) else m
-    ratio = "" if ceiling is None else f" {result.rps / ceiling:.2f} |"
-    cpu = f" {cores(m.client_cores)} | {cores(m.server_cores)} |" if isinstance(m, Measured) else " - | - |"
+def row(m: Measured, ceiling: float) -> str:
+    result = m.result
     return (
         f"| {result.label} | {result.rps:,.1f} | {result.p50_ms:.2f} | {result.p90_ms:.2f} | {result.p99_ms:.2f} "
-        f"| {result.errors} |{ratio}{cpu}"
+        f"| {result.errors} | {result.rps / ceiling:.2f} | {cores(m.client_cores)} | {cores(m.server_cores)} |"
     )
 
 
-def header(unit: str, ceiling: bool = True) -> str:
-    ratio = " of ceiling |" if ceiling else ""
+def header(unit: str) -> str:
     return (
-        f"| scenario | {unit} | P50 ms | P90 ms | P99 ms | errors |{ratio} client CPU (cores) | server CPU (cores) |\n"
-        f"|---|---:|---:|---:|---:|---:|{'---:|' * (3 if ceiling else 2)}"
+        f"| scenario | {unit} | P50 ms | P90 ms | P99 ms | errors | of ceiling | client CPU (cores) "
+        "| server CPU (cores) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
 
 
@@ -374,7 +379,7 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
             # within itself; the cost is the median over blocks.
             order = ("on", "off", "off", "on") if index % 2 == 0 else ("off", "on", "on", "off")
             # Blocks 1 and 2 (one of each order) on one CPU, 3 and 4 on the other, and so on.
-            pin_event_loops(pids, index // 2)
+            cpu_used = pin_event_loops(pids, index // 2)
             block: dict[str, list[Measured]] = {"on": [], "off": []}
             for turn, name in enumerate(order):
                 server = servers[name]
@@ -387,11 +392,15 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
                 client, served = sampler.cores(seconds)
                 block[name].append(Measured(result, client, served, wall))
                 runs[name].append(block[name][-1])
-                table.append(row(runs[name][-1]))
             rps = {name: sum(m.result.rps for m in ms) for name, ms in block.items()}
             cpu = {name: sum(m.server_cores / m.result.rps for m in ms) for name, ms in block.items()}
             pair_ratios.append(rps["on"] / rps["off"])
             pair_cpu.append(cpu["on"] / cpu["off"])
+            errors = sum(m.result.errors for ms in block.values() for m in ms)
+            table.append(
+                f"| {index + 1} | {cpu_used} | {'-'.join(order)} | {rps['on'] / 2:,.0f} | {rps['off'] / 2:,.0f} "
+                f"| {(1 - pair_ratios[-1]) * 100:+.1f} % | {(pair_cpu[-1] - 1) * 100:+.1f} % | {errors} |"
+            )
         exported = httpx.get(servers["on"].metrics_url, timeout=5).text
         with open(servers["on"].log_path, "rb") as log:
             access_lines = sum(1 for _ in log)
@@ -416,11 +425,13 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
         f"`{MLP_CLIENT} -c 64 -z {seconds:g}s`, {rounds} blocks of four runs, on-off-off-on and off-on-on-off "
         "in turn, after a 1 s warm-up of each server; the cost is 1 minus the median over blocks of "
         "(the block's on req/s / its off req/s). Both servers' event loops are pinned to one CPU per two "
-        "blocks, the CPU alternating (on this host a loop on CPU 1 served ~5 % more than one on CPU 0). CPU "
-        "columns: CPU seconds per wall second over each counted run, the server's alone (the idle one not "
-        "included).",
+        "blocks, the CPU alternating (on this host a loop on CPU 1 served ~5 % more than one on CPU 0). One "
+        "row per block: each configuration's mean req/s over its two runs, the cost in req/s (1 - on/off) "
+        "and in the server's CPU seconds per request (on/off - 1, each server's own CPU sampled every "
+        "0.1 s over its runs), and errors over the four runs.",
         "",
-        header("req/s", ceiling=False),
+        "| block | loop CPU | order | on req/s | off req/s | cost (req/s) | cost (CPU/request) | errors |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|",
         *table,
         "",
         "| configuration | median req/s | median P50 ms | median P99 ms |",
@@ -428,12 +439,11 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
         *[f"| everything {n} | {median[n]:,.0f} | {p50[n]:.2f} | {p99[n]:.2f} |" for n in ("on", "off")],
         "",
         f"- Cost of observability: **{cost * 100:+.1f} %** of req/s (bar: <= 5 %): {verdict(cost <= 0.05)}. "
-        f"Per block: {', '.join(f'{(1 - r) * 100:+.1f} %' for r in pair_ratios)}; over all blocks (geometric "
-        f"mean) {mean_cost * 100:+.1f} %.",
+        f"Over all blocks (geometric mean): {mean_cost * 100:+.1f} %; blocks ranged from "
+        f"{(1 - max(pair_ratios)) * 100:+.1f} % to {(1 - min(pair_ratios)) * 100:+.1f} %.",
         f"- The same cost in server CPU per request (the server is bound by its one event-loop core here, so "
         "this is the cost a saturated server pays, less exposed than req/s to the CPU other processes take): "
-        f"**{(statistics.median(pair_cpu) - 1) * 100:+.1f} %** (median); "
-        f"{', '.join(f'{(r - 1) * 100:+.1f} %' for r in pair_cpu)} per block.",
+        f"**{(statistics.median(pair_cpu) - 1) * 100:+.1f} %** (median over blocks).",
         f"- P50 {p50['on'] / p50['off']:.2f}x and P99 {p99['on'] / p99['off']:.2f}x with it on.",
         f"- Sanity: the *on* server exported {samples} metric samples and wrote {access_lines:,} log lines "
         "(nearly all access-log records) over the warm-up and the runs.",
@@ -469,7 +479,8 @@ def main() -> None:
         if args.only in (None, "protocols"):
             protocols_section(work, seconds, 1 if args.quick else 5, lines, args.depth)
         if args.only in (None, "observability"):
-            mlp_section(work, min(seconds, OBSERVABILITY_RUN_S), 4 if args.quick else 12, lines)
+            blocks = OBSERVABILITY_BLOCKS_QUICK if args.quick else OBSERVABILITY_BLOCKS
+            mlp_section(work, OBSERVABILITY_RUN_S, blocks, lines)
     load_end = os.getloadavg()
     lines += [
         f"Machine load (1/5/15-min load average) at start: {'/'.join(f'{v:.2f}' for v in load_start)}, "
