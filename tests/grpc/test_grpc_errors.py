@@ -236,3 +236,21 @@ def test_full_queue_is_unavailable(python_server: ServerProcess, py_stub: Stub) 
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     assert ("retry-after", "1") in tuple(info.value.trailing_metadata())
     assert running.result().model_name == queued.result().model_name == "narrow"
+
+
+def test_undecodable_request_bytes_fail_alone(example_server: ServerProcess, stub: Stub) -> None:
+    # Bytes that are no ModelInferRequest (a raw_input_contents entry longer than the message) are
+    # the client's error: INVALID_ARGUMENT saying so (grpc's own answer would be UNKNOWN and the
+    # exception's class), and the next request is served.
+    channel = grpc.insecure_channel(example_server.grpc_address)
+    try:
+        infer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        good = _request().SerializeToString()
+        with pytest.raises(grpc.RpcError) as info:
+            infer(good[:-1], timeout=30)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "not a valid ModelInferRequest" in (info.value.details() or "")
+        assert "class" not in (info.value.details() or "")
+        assert len(stub.ModelInfer(_request(), timeout=30).raw_output_contents) == 1
+    finally:
+        channel.close()

@@ -8,7 +8,7 @@ way over HTTP's binary extension and gRPC's ``raw_input_contents``; request para
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,8 +65,12 @@ def parameters(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def decode_infer(message: Any, limits: GrpcLimits) -> InferRequest:
-    """A ``ModelInferRequest`` as a validated :class:`InferRequest` (ids and deadline are set by the caller)."""
+def decode_infer(message: Any, limits: GrpcLimits, raw: Sequence[bytes | memoryview] | None = None) -> InferRequest:
+    """A ``ModelInferRequest`` as a validated :class:`InferRequest` (ids and deadline are set by the caller).
+
+    ``raw`` is its ``raw_input_contents`` when the caller already holds them (``raw_inputs``);
+    otherwise they are read from the message.
+    """
     name = check_model_name(message.model_name)
     version = optional_version(message.model_version)
     count = len(message.inputs)
@@ -74,8 +78,8 @@ def decode_infer(message: Any, limits: GrpcLimits) -> InferRequest:
         raise InvalidInput("request must have at least one input")
     if count > MAX_INPUTS:
         raise InvalidInput(f"request has {count} inputs; at most {MAX_INPUTS} are allowed")
-    # With upb, each read of a repeated bytes field's element is a fresh copy: 600 KB for an image.
-    raw = list(message.raw_input_contents)
+    if raw is None:  # with upb, each read of a repeated bytes field's element is a fresh copy
+        raw = list(message.raw_input_contents)
     if raw and len(raw) != count:
         raise InvalidInput(
             f"raw_input_contents holds {len(raw)} entries but the request has {count} inputs; "

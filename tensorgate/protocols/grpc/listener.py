@@ -19,9 +19,8 @@ from tensorgate.clock import Clock
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.tracing import Tracer
 from tensorgate.protocols.grpc.generated import _pool
-from tensorgate.protocols.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tensorgate.protocols.grpc.health import INFERENCE_SERVICE, ReadinessHealth
-from tensorgate.protocols.grpc.servicer import GrpcSettings, InferenceServicer
+from tensorgate.protocols.grpc.servicer import GrpcSettings, InferenceServicer, add_to_server
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +69,7 @@ class GrpcListener:
                 ("grpc.so_reuseport", 0),  # a second server must not share our port silently
             ]
         )
-        pb_grpc.add_GRPCInferenceServiceServicer_to_server(
-            InferenceServicer(service, settings, tracer, clock), self._server
-        )
+        add_to_server(InferenceServicer(service, settings, tracer, clock), self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
             (INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),

@@ -15,10 +15,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+import grpc
+
 from tensorgate.clock import Clock
 from tensorgate.errors import (
     DeadlineExceeded,
     InternalError,
+    InvalidInput,
     NotFound,
     PermissionDenied,
     TensorgateError,
@@ -31,6 +34,7 @@ from tensorgate.protocols.grpc import codec
 from tensorgate.protocols.grpc.errors import Metadata, abort
 from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 from tensorgate.protocols.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from tensorgate.protocols.grpc.raw_inputs import ReceivedInfer, receive_infer_request
 from tensorgate.protocols.request_ids import RequestIds
 from tensorgate.repository.names import check_model_name
 from tensorgate.types import InferRequest
@@ -170,8 +174,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     # -- inference -------------------------------------------------------------------------------
 
-    async def _infer(self, rpc: str, message: Any, context: Any, request_id: str, traceparent: str | None) -> Any:
+    async def _infer(
+        self, rpc: str, received: ReceivedInfer, context: Any, request_id: str, traceparent: str | None
+    ) -> Any:
         """Decode, run and encode one request; raises TensorgateError for the caller to report."""
+        message = received.message
         started = self._clock.now()
         outcome = "OK"
         served = _Served(message.model_version[:20] or "-")
@@ -180,7 +187,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             if tracer.sampled_only and not sampled(traceparent):
                 tracer = NOOP_TRACER  # sampling off and not marked sampled: nothing to record
             with tracer.request(rpc, traceparent, {"rpc.system": "grpc", "rpc.method": rpc}) as span:
-                return await self._run(message, context, request_id, traceparent, span, served)
+                return await self._run(received, context, request_id, traceparent, span, served)
         except TensorgateError as exc:
             outcome = exc.grpc_status
             raise
@@ -193,15 +200,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def _run(
         self,
-        message: Any,
+        received: ReceivedInfer,
         context: Any,
         request_id: str,
         traceparent: str | None,
         span: RequestSpan,
         served: _Served,
     ) -> Any:
+        message = received.message
+        if received.error is not None:
+            raise InvalidInput(received.error)
         try:
-            request = _timeout(codec.decode_infer(message, self._settings.limits), context)
+            request = _timeout(codec.decode_infer(message, self._settings.limits, received.raw), context)
         except TensorgateError as exc:
             # Counted against the version it names; a malformed version names none (as on HTTP).
             if message.model_name and _well_formed(message.model_version):
@@ -214,7 +224,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         with span.child("encode"):
             return codec.encode_infer(response)
 
-    async def ModelInfer(self, request: Any, context: Any) -> Any:
+    async def ModelInfer(self, request: ReceivedInfer, context: Any) -> Any:
         headers = _metadata(context)
         request_id = self._ids.of(headers.get("x-request-id"))
         ids: Metadata = (("x-request-id", request_id),)
@@ -223,7 +233,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             context, lambda: self._infer("ModelInfer", request, context, request_id, headers.get("traceparent")), ids
         )
 
-    async def ModelStreamInfer(self, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+    async def ModelStreamInfer(self, requests: AsyncIterator[ReceivedInfer], context: Any) -> AsyncIterator[Any]:
         """Requests run concurrently (so they can share batches); answers come back in request order.
 
         A failed request answers with ``error_message`` and the stream goes on.
@@ -259,10 +269,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 if leftover is not None:
                     leftover.cancel()
 
-    async def _stream_one(self, message: Any, context: Any, stream_id: str, traceparent: str | None) -> Any:
+    async def _stream_one(self, received: ReceivedInfer, context: Any, stream_id: str, traceparent: str | None) -> Any:
+        message = received.message
         try:
             answer = pb.ModelStreamInferResponse(
-                infer_response=await self._infer("ModelStreamInfer", message, context, stream_id, traceparent)
+                infer_response=await self._infer("ModelStreamInfer", received, context, stream_id, traceparent)
             )
         except TensorgateError as exc:
             error = exc
@@ -317,3 +328,37 @@ def _well_formed(version: str) -> bool:
     except TensorgateError:
         return False
     return True
+
+
+def add_to_server(servicer: InferenceServicer, server: Any) -> None:
+    """Register the service, as the generated ``add_GRPCInferenceServiceServicer_to_server`` does, with
+    ModelInfer and ModelStreamInfer taking their requests through :func:`receive_infer_request`."""
+    table = _GeneratedTable()
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, table)
+    handlers = dict(table.handlers)
+    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+        servicer.ModelInfer,
+        request_deserializer=receive_infer_request,
+        response_serializer=handlers["ModelInfer"].response_serializer,
+    )
+    handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        servicer.ModelStreamInfer,
+        request_deserializer=receive_infer_request,
+        response_serializer=handlers["ModelStreamInfer"].response_serializer,
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(table.service, handlers),))
+    server.add_registered_method_handlers(table.service, handlers)
+
+
+class _GeneratedTable:
+    """Stands in for the server while the generated code registers, to keep its method table."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, Any] = {}
+
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.service, self.handlers = service, handlers
