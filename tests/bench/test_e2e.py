@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 from pathlib import Path
 
 import httpx
+import numpy as np
+import psutil
 import pytest
 
+from tensorgate.bench.inputs import Tensor
 from tensorgate.bench.server_metrics import parse_samples
+from tensorgate.bench.targets.base import parse_endpoint
+from tensorgate.bench.targets.grpc_v2 import GrpcTarget, infer_request_bytes
 from tensorgate.cli.main import main
 from tensorgate.testing import ServerProcess
 
@@ -96,3 +102,44 @@ def test_input_file_and_shape_override(example_server: ServerProcess, tmp_path: 
     assert main(["bench", "mlp", "-u", example_server.url, "-n", "10", "--shape", "features=3,16"]) == 0
     assert _successes(example_server) - before == 20
     assert main(["bench", "mlp", "-u", example_server.url, "-n", "1", "--shape", "nope=1"]) == 1
+
+
+def test_grpc_count_matches_the_server_counter(example_server: ServerProcess, tmp_path: Path) -> None:
+    before = _successes(example_server)
+    out = tmp_path / "report.json"
+    code = main(
+        ["bench", "mlp", "-u", example_server.grpc_address, "--protocol", "grpc", "-c", "3", "-n", "150",
+         "--json", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["errors"] == {}
+    assert run["requests"] == 150 == _successes(example_server) - before
+
+
+def test_grpc_clients_each_have_their_own_connection(example_server: ServerProcess) -> None:
+    # Like the HTTP targets: c calls in flight hold c connections, reused call after call.
+    features = Tensor("features", "FP32", np.zeros((1, 16), np.float32))
+    request = infer_request_bytes("mlp", None, (features,))
+    port = example_server.ports["grpc"]
+
+    def connections() -> int:  # this process's connections to the gRPC port
+        return sum(
+            1
+            for c in psutil.Process().net_connections("tcp")
+            if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED"
+        )
+
+    async def run() -> tuple[int, int]:
+        target = GrpcTarget(parse_endpoint(example_server.grpc_address, 8081), [request])
+        try:
+            for _ in range(3):
+                outcomes = await asyncio.gather(*(target.call(i) for i in range(4)))
+                assert all(o.error is None for o in outcomes)
+            return len(target._channels), connections()
+        finally:
+            await target.aclose()
+
+    channels, during = asyncio.run(run())
+    assert channels == 4
+    assert during == 4

@@ -3,7 +3,7 @@
 Requests are built as ``ModelInferRequest`` with ``raw_input_contents`` and serialized once at
 start-up; the hot path sends those bytes through a raw ``unary_unary`` method and does not
 deserialize the answer (status only), for the same reason the HTTP targets keep bytes: the
-client must not be the bottleneck. One channel multiplexes every in-flight call over HTTP/2.
+client must not be the bottleneck.
 """
 
 from __future__ import annotations
@@ -39,10 +39,12 @@ def infer_request_bytes(model: str, version: str | None, tensors: RequestTensors
     return bytes(request.SerializeToString())
 
 
-def _channel(endpoint: Endpoint) -> Any:
+def _channel(endpoint: Endpoint, own_connection: bool = False) -> Any:
     import grpc
 
     options = [("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.max_receive_message_length", _MAX_MESSAGE)]
+    if own_connection:  # channels with equal arguments otherwise share one connection (grpc's global pool)
+        options.append(("grpc.use_local_subchannel_pool", 1))
     return grpc.aio.insecure_channel(endpoint.authority, options=options)
 
 
@@ -67,25 +69,44 @@ async def fetch_metadata(endpoint: Endpoint, model: str, version: str | None, ti
 
 
 class GrpcTarget:
-    """Sends pre-serialized ``ModelInfer`` calls; a non-OK status becomes ``grpc CODE``."""
+    """Sends pre-serialized ``ModelInfer`` calls, one at a time per channel; a non-OK status becomes
+    ``grpc CODE``.
+
+    Each channel is its own HTTP/2 connection, handed out one call at a time like the HTTP targets'
+    keep-alive connections: a closed loop of ``c`` workers is ``c`` clients on ``c`` connections, as
+    it is over HTTP, and an open loop opens as many as it has calls outstanding. One channel shared
+    by every call would instead push all of them through one connection, which grpc serves one
+    frame at a time on one thread (Triton's C++ client, for the same reason, stops sharing a
+    channel past a few clients).
+    """
 
     def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
         if not requests:
             raise ValueError("no requests to send")
         _stubs()
-        self._channel = _channel(endpoint)
-        # No serializers: the requests are already bytes and the answers stay bytes.
-        self._infer = self._channel.unary_unary(INFER_METHOD)
+        self._endpoint = endpoint
         self._requests = list(requests)
+        self._channels: list[Any] = []
+        self._idle: list[Any] = []  # the ModelInfer callables of channels with no call in flight
+
+    def _open(self) -> Any:
+        channel = _channel(self._endpoint, own_connection=True)
+        self._channels.append(channel)
+        # No serializers: the requests are already bytes and the answers stay bytes.
+        return channel.unary_unary(INFER_METHOD)
 
     async def call(self, index: int) -> Outcome:
         import grpc
 
+        infer = self._idle.pop() if self._idle else self._open()
         try:
-            await self._infer(self._requests[index % len(self._requests)])
+            await infer(self._requests[index % len(self._requests)])
         except grpc.aio.AioRpcError as exc:
             return Outcome(f"grpc {exc.code().name}")
+        finally:
+            self._idle.append(infer)
         return Outcome()
 
     async def aclose(self) -> None:
-        await self._channel.close()
+        for channel in self._channels:
+            await channel.close()
