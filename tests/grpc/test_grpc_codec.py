@@ -14,6 +14,7 @@ from tensorgate.models.triton_config import triton_config
 from tensorgate.protocols.grpc import codec
 from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 from tensorgate.protocols.grpc.generated import model_config_pb2 as mc
+from tensorgate.protocols.grpc.raw_inputs import receive_infer_request
 from tensorgate.scheduling.batch_policy import BatchSettings
 from tensorgate.scheduling.scheduler import QueueSettings
 from tensorgate.types import DataType, InferResponse, ModelMetadata, TensorSpec
@@ -69,6 +70,10 @@ def test_raw_contents_round_trip(datatype: str, field: str, values: list[Any]) -
     message.raw_input_contents.append(response.raw_output_contents[0])
     decoded = codec.decode_infer(message, LIMITS).inputs["x"]
     assert decoded.reshape(-1).tolist() == array.tolist()
+    # The server's way in: the raw contents as views of the received bytes.
+    received = receive_infer_request(message.SerializeToString())
+    viewed = codec.decode_infer(received.message, LIMITS, received.raw).inputs["x"]
+    assert viewed.dtype == decoded.dtype and viewed.reshape(-1).tolist() == array.tolist()
 
 
 def test_bytes_raw_contents_are_length_prefixed() -> None:
