@@ -67,7 +67,7 @@ CEILING_S = 3.0
 # servers) a median of +0.1 %, so the short runs add no bias of their own.
 OBSERVABILITY_RUN_S = 1.0
 # Blocks of the observability comparison. The median over n blocks moves by about 1.25 sd / sqrt(n):
-# with 36, about 2 % on this host, where 12 three-second blocks left about 4 %.
+# with 36, 2-3 % on this host (block sd 9-15 % across today's runs), where 12 three-second blocks left about 4 %.
 OBSERVABILITY_BLOCKS = 36
 OBSERVABILITY_BLOCKS_QUICK = 8
 

@@ -335,17 +335,9 @@ def add_to_server(servicer: InferenceServicer, server: Any) -> None:
     ModelInfer and ModelStreamInfer taking their requests through :func:`receive_infer_request`."""
     table = _GeneratedTable()
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, table)
-    handlers = dict(table.handlers)
-    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-        servicer.ModelInfer,
-        request_deserializer=receive_infer_request,
-        response_serializer=handlers["ModelInfer"].response_serializer,
-    )
-    handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
-        servicer.ModelStreamInfer,
-        request_deserializer=receive_infer_request,
-        response_serializer=handlers["ModelStreamInfer"].response_serializer,
-    )
+    handlers = table.handlers
+    for name in ("ModelInfer", "ModelStreamInfer"):  # grpc's handlers are named tuples
+        handlers[name] = handlers[name]._replace(request_deserializer=receive_infer_request)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(table.service, handlers),))
     server.add_registered_method_handlers(table.service, handlers)
 
