@@ -36,8 +36,8 @@ class TensorConfig(Strict):
 class DynamicBatching(Strict):
     max_batch_size: int | None = Field(default=None, ge=1)
     max_queue_delay_ms: float = Field(default=5.0, ge=0)
-    # Wait out max_queue_delay_ms only while this model's measured batch costs show that bigger
-    # batches are cheaper per row (scheduling/batch_cost.py); false: always wait, as Triton does.
+    # Wait out max_queue_delay_ms only while the batch has fewer rows than arrive during this
+    # model's measured per-call cost (scheduling/batch_cost.py); false: always wait, as Triton does.
     adaptive_delay: bool = True
     preferred_batch_sizes: list[int] = Field(default_factory=list)
     priority_levels: int = Field(default=1, ge=1, le=16)

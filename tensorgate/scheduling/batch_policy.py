@@ -12,6 +12,7 @@ and only while holding a batch open pays on this model (``batch_cost``).
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from tensorgate.scheduling.pending import Pending
@@ -26,7 +27,7 @@ class ReleaseReason(enum.Enum):
     DEADLINE = "deadline"  # a member's deadline falls inside the delay window
     IDLE = "idle"  # every instance is idle: waiting cannot bring more work to batch with
     SINGLE = "single"  # the model does not batch requests together
-    NO_GAIN = "no_gain"  # measured: bigger batches cost the same per row, so waiting would only idle an instance
+    NO_GAIN = "no_gain"  # measured: fewer rows arrive per fixed cost than the batch has, so waiting would only idle an instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +96,15 @@ def preferred_cut(batch: list[Pending], preferred: tuple[int, ...]) -> int:
 
 
 def decide(
-    queue: RequestQueue, settings: BatchSettings, now: float, idle: int, busy: int, holding_pays: bool = True
+    queue: RequestQueue,
+    settings: BatchSettings,
+    now: float,
+    idle: int,
+    busy: int,
+    hold_below_rows: float = math.inf,
 ) -> Decision:
+    """``hold_below_rows``: holding an idle instance for company pays only while the batch has fewer
+    rows than this (``batch_cost``); ``inf`` always waits out the window, as Triton does."""
     if len(queue) == 0:
         return Decision(None)
     if idle == 0:
@@ -106,7 +114,7 @@ def decide(
         return Decision(batch, stop)
     if busy == 0:
         return Decision(batch, ReleaseReason.IDLE)
-    if not holding_pays:
+    if sum(p.rows for p in batch) >= hold_below_rows:
         return Decision(batch, ReleaseReason.NO_GAIN)
     if settings.preferred_rows and (cut := preferred_cut(batch, settings.preferred_rows)):
         return Decision(batch[:cut], ReleaseReason.PREFERRED)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -161,6 +162,8 @@ class Scheduler:
             self._refused("queue_full")
             raise
         self._inflight_gauges[priority - 1].inc()
+        if self.batch_cost is not None:
+            self.batch_cost.admitted(rows)
         self._pump_soon()
         assert item.future is not None
         try:
@@ -259,9 +262,11 @@ class Scheduler:
                 waited_ms = ((item.deadline or now) - item.arrival) * 1000
                 message = f"request to model '{self.model}' exceeded its deadline of {waited_ms:.0f} ms in the queue"
                 settle(item.future, DeadlineExceeded(message))
-            pays = self.batch_cost is None or self.batch_cost.holding_pays
+            hold_below = math.inf if self.batch_cost is None else self.batch_cost.hold_below_rows
             while True:
-                decision = decide(self._queue, self._batch, now, self._pool.idle_count(), self._pool.busy_count(), pays)
+                decision = decide(
+                    self._queue, self._batch, now, self._pool.idle_count(), self._pool.busy_count(), hold_below
+                )
                 if decision.batch is None:
                     self._arm(decision.wake_at)
                     break
@@ -401,7 +406,7 @@ class Scheduler:
 
     def _record_execution(self, rows: int, elapsed: float, requests: int) -> None:
         if self.batch_cost is not None:
-            self.batch_cost.observe(rows, elapsed)
+            self.batch_cost.observe(rows, elapsed, self._clock.now())
         self._compute_seconds.observe(elapsed)
         self._batch_size.observe(rows)
         self._executions.inc()

@@ -53,11 +53,21 @@ def test_requests_wait_for_the_window_while_an_instance_is_busy() -> None:
 def test_no_window_while_holding_is_measured_not_to_pay() -> None:
     clock = ManualClock()
     queue = queue_of(item(clock), item(clock))
-    decision = decide(queue, BATCHING, clock.now(), idle=1, busy=1, holding_pays=False)
+    decision = decide(queue, BATCHING, clock.now(), idle=1, busy=1, hold_below_rows=0.2)
     assert decision.reason is ReleaseReason.NO_GAIN and decision.batch is not None and len(decision.batch) == 2
     # A full batch or an idle pool keeps its own reason.
-    assert decide(queue, BATCHING, clock.now(), idle=1, busy=0, holding_pays=False).reason is ReleaseReason.IDLE
-    assert decide(queue, BATCHING, clock.now(), idle=0, busy=2, holding_pays=False).batch is None
+    assert decide(queue, BATCHING, clock.now(), idle=1, busy=0, hold_below_rows=0.2).reason is ReleaseReason.IDLE
+    assert decide(queue, BATCHING, clock.now(), idle=0, busy=2, hold_below_rows=0.2).batch is None
+
+
+def test_the_window_holds_a_batch_only_until_it_has_the_rows_that_pay() -> None:
+    clock = ManualClock()
+    queue = queue_of(item(clock, rows=2))
+    held = decide(queue, BATCHING, clock.now(), idle=1, busy=1, hold_below_rows=3.5)
+    assert held.batch is None and held.wake_at == clock.now() + 0.005
+    queue.admit(item(clock, rows=2))  # 4 rows now: more than arrive during one fixed cost
+    released = decide(queue, BATCHING, clock.now(), idle=1, busy=1, hold_below_rows=3.5)
+    assert released.reason is ReleaseReason.NO_GAIN and released.batch is not None and len(released.batch) == 2
 
 
 def test_window_is_timed_from_the_oldest_arrival() -> None:

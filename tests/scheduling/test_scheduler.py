@@ -118,10 +118,10 @@ async def test_no_batch_is_held_open_on_a_model_where_waiting_cannot_pay() -> No
     assert scheduler.batch_cost is not None
     blocker = asyncio.ensure_future(submit(scheduler, 0.0))
     await asyncio.wait_for(busy.started.wait(), 5.0)
-    for _ in range(MIN_SAMPLES):  # as measured on a convolution net on CPU: 20 ms per row
+    for i in range(MIN_SAMPLES):  # as measured on a convolution net on CPU: 20 ms per row
         for rows in (1, 2, 4):
-            scheduler.batch_cost.observe(rows, 0.02 * rows)
-    assert not scheduler.batch_cost.holding_pays
+            scheduler.batch_cost.observe(rows, 0.02 * rows, 1000.0 + i)
+    assert scheduler.batch_cost.hold_below_rows < 1
     result = await asyncio.wait_for(submit(scheduler, 2.0), 5.0)
     assert result.tolist() == [[20.0, 20.0]] and len(idle.batches) == 1
     busy.gate.set()
