@@ -27,7 +27,9 @@ class ReleaseReason(enum.Enum):
     DEADLINE = "deadline"  # a member's deadline falls inside the delay window
     IDLE = "idle"  # every instance is idle: waiting cannot bring more work to batch with
     SINGLE = "single"  # the model does not batch requests together
-    NO_GAIN = "no_gain"  # measured: fewer rows arrive per fixed cost than the batch has, so waiting would only idle an instance
+    # Measured: the batch already has more rows than arrive during one fixed per-call cost, so
+    # waiting would only idle an instance.
+    NO_GAIN = "no_gain"
 
 
 @dataclass(frozen=True, slots=True)
