@@ -10,14 +10,18 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import IO
+from typing import IO, Final
 
 from tensorgate.observability.access_lines import JSON_LINES, AccessLine
 
-FLUSH_INTERVAL_S = 0.05
-FLUSH_RECORDS = 256  # about 64 KiB of JSON lines
-_INFO = "info"
-_LOGGER = "tensorgate.access"
+# Final: compiled, each is a constant in the code instead of a module-dict lookup per record.
+FLUSH_INTERVAL_S: Final = 0.05
+FLUSH_RECORDS: Final = 256  # about 64 KiB of JSON lines
+# A line's milliseconds, formatted once: a format spec per new millisecond cost ~5k instructions
+# (callgrind), against a tuple index and one concatenation.
+_MILLISECONDS: Final = tuple(f".{ms:03d}Z" for ms in range(1000))
+_INFO: Final = "info"
+_LOGGER: Final = "tensorgate.access"
 
 
 class AccessLog:
@@ -52,7 +56,7 @@ class AccessLog:
             if second != self._second:
                 self._second = second
                 self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._stamp = f"{self._second_text}.{millisecond - second * 1000:03d}Z"
+            self._stamp = self._second_text + _MILLISECONDS[millisecond - second * 1000]
         return self._stamp
 
     def record(
