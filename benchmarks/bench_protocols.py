@@ -9,7 +9,9 @@
    (``--no-metrics --no-access-log``, no tracing), both servers up at once, in blocks of four short
    one-second runs (on-off-off-on, off-on-on-off; 8 blocks with ``--quick``, 36 by default), both event loops
    pinned to one CPU per two blocks, alternating (``_placement.py``); the cost is the median over
-   blocks. Bar: on costs <= 5 % of req/s.
+   blocks. Bar: on costs <= 5 % of req/s. Then the same two configurations under callgrind
+   (``_callgrind.py``), where valgrind is installed: instructions per request, which this host's
+   noise does not move.
 
 The client's and the server's CPU use (cores: CPU seconds over wall seconds) are recorded beside
 each run, so a reader can tell whether the client was the bottleneck. Run:
@@ -46,6 +48,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import _callgrind
 from _ceiling import RESNET_INSTANCES, Bracket, Ceiling
 from _models import export_resnet
 from _placement import pin_event_loops
@@ -75,6 +78,9 @@ OBSERVABILITY_BLOCKS_QUICK = 8
 # of `tensorgate bench` at 64 connections (benchmarks/out/bench_client_vs_hey.md), and the
 # observability comparison needs the server saturated to show its cost.
 MLP_CLIENT = "hey"
+# Requests counted per callgrind run (a multiple of the 64 clients), and runs per configuration.
+COUNTED_REQUESTS = 2944
+COUNTED_RUNS = 2
 
 
 @dataclass
@@ -404,6 +410,7 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
         exported = httpx.get(servers["on"].metrics_url, timeout=5).text
         with open(servers["on"].log_path, "rb") as log:
             access_lines = sum(1 for _ in log)
+    counted = instruction_lines(configs, body, work) if _callgrind.available() else ["(valgrind is not installed)"]
     median = {name: statistics.median(m.result.rps for m in ms) for name, ms in runs.items()}
     p50 = {name: statistics.median(m.result.p50_ms for m in ms) for name, ms in runs.items()}
     p99 = {name: statistics.median(m.result.p99_ms for m in ms) for name, ms in runs.items()}
@@ -448,6 +455,42 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
         f"- Sanity: the *on* server exported {samples} metric samples and wrote {access_lines:,} log lines "
         "(nearly all access-log records) over the warm-up and the runs.",
         "",
+        "#### The same cost in instructions (callgrind)",
+        "",
+        *counted,
+        "",
+    ]
+
+
+def instruction_lines(configs: dict[str, tuple[str, ...]], body: bytes, work: Path) -> list[str]:
+    """Instructions per request, each configuration in turn under callgrind (``_callgrind.py``)."""
+    body_path = work / "mlp_body.json"
+    body_path.write_bytes(body)
+    counts: dict[str, list[float]] = {"on": [], "off": []}
+    rows = []
+    for index in range(COUNTED_RUNS):
+        for name in ("on", "off") if index % 2 == 0 else ("off", "on"):
+            out = work / f"callgrind.{name}.{index}.out"
+            per_request, errors = _callgrind.instructions_per_request(
+                list(configs[name]), out, "/v2/models/mlp/infer", body_path, COUNTED_REQUESTS, 64
+            )
+            counts[name].append(per_request)
+            rows.append(f"| {index + 1} | everything {name} | {per_request:,.0f} | {errors} |")
+    on, off = (statistics.mean(counts[name]) for name in ("on", "off"))
+    spread = max(max(v) / min(v) - 1 for v in counts.values())
+    return [
+        f"Each server run under `valgrind --tool=callgrind`, counting only while `hey -n {COUNTED_REQUESTS} "
+        f"-c 64` runs (after {_callgrind.WARMUP_REQUESTS} requests of warm-up), {COUNTED_RUNS} runs per "
+        "configuration, alternating. Instructions, not time: repeatable whatever else the host does, blind "
+        "to cache misses, and at callgrind's ~30x slower pace the access log's once-per-flush and "
+        "once-per-millisecond work is shared by fewer requests than at full speed (so overstated).",
+        "",
+        "| run | configuration | instructions per request | errors |",
+        "|---:|---|---:|---:|",
+        *rows,
+        "",
+        f"- Cost of observability: **{(on / off - 1) * 100:+.1f} %** of the instructions per request "
+        f"({on - off:,.0f} per request; runs of one configuration differed by up to {spread * 100:.1f} %).",
     ]
 
 

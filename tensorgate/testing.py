@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -34,8 +35,10 @@ class ServerProcess:
         wait_ready: bool = True,
         env: dict[str, str] | None = None,
         grpc: bool = False,
+        wrapper: Sequence[str] = (),
     ) -> None:
         self._args = list(args)
+        self._wrapper = list(wrapper)  # a command the server runs under (a profiler), pid and all
         self._ready_timeout_s = ready_timeout_s
         self._wait_ready = wait_ready
         self._env = env
@@ -74,7 +77,8 @@ class ServerProcess:
 
     def _launch(self) -> None:
         ports_file = Path(self._tmp.name) / "ports.json"
-        command = [sys.executable, "-m", "tensorgate", "serve", "--http-port", "0", "--ports-file", str(ports_file)]
+        command = [*self._wrapper, sys.executable, "-m", "tensorgate", "serve", "--http-port", "0"]
+        command += ["--ports-file", str(ports_file)]
         if "--no-metrics" not in self._args:
             command += ["--metrics-port", "0"]
         command += self._args
