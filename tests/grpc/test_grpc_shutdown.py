@@ -7,6 +7,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_helpers import build_python_repository, open_stub, wait_inflight
 from tritonclient.grpc import service_pb2
@@ -30,10 +31,13 @@ def test_in_flight_call_finishes_on_sigterm(tmp_path: Path) -> None:
             call = stub.ModelInfer.future(message, timeout=30)
             wait_inflight(server, "slow", 1)
             server.signal(signal.SIGTERM)
-            response = call.result()
+            try:
+                response = call.result()
+            except grpc.RpcError as exc:  # seen once in a parallel run, never reproduced: keep the evidence
+                pytest.fail(f"the in-flight call failed: {exc}\nserver log:\n{server.log()[-4000:]}")
             assert np.frombuffer(response.raw_output_contents[0], np.float32).tolist() == [2.0] * 4
             assert call.code() == grpc.StatusCode.OK
         finally:
             channel.close()
-        assert server.stop() == 0
-        assert '"level":"error"' not in server.log()
+        assert server.stop() == 0, server.log()[-4000:]
+        assert '"level":"error"' not in server.log(), server.log()[-4000:]
