@@ -21,6 +21,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from bench_serving import hey_outcomes
+
 from tensorgate.testing import ServerProcess
 
 WARMUP_REQUESTS = 500
@@ -56,8 +58,7 @@ def instructions_per_request(
 
 
 def _hey(url: str, body: Path, requests: int, concurrency: int) -> tuple[int, int]:
+    """Exactly ``requests`` requests (``-n``), where ``bench_serving.hey`` runs for a duration."""
     command = ["hey", "-n", str(requests), "-c", str(concurrency), "-m", "POST", "-T", "application/json"]
     output = subprocess.run([*command, "-D", str(body), url], capture_output=True, text=True, timeout=900).stdout
-    statuses = {int(code): int(n) for code, n in re.findall(r"\[(\d+)\]\s+(\d+) responses", output)}
-    ok = statuses.get(200, 0)
-    return ok, sum(statuses.values()) - ok
+    return hey_outcomes(output)

@@ -102,11 +102,16 @@ def hey(
         match = re.search(rf"\s{p}% in ([\d.]+) secs", output)
         return float(match.group(1)) * 1000 if match else float("nan")
 
+    return Result(label, rps, pct(50), pct(90), pct(99), hey_outcomes(output)[1])
+
+
+def hey_outcomes(output: str) -> tuple[int, int]:
+    """From hey's summary: (200 responses, everything else: other statuses and transport errors)."""
     # "[200]  1234 responses" per status; "[12]  Post ...: <error>" per transport error.
-    statuses = dict(re.findall(r"\[(\d+)\]\s+(\d+) responses", output))
-    errors = sum(int(n) for code, n in statuses.items() if code != "200")
+    statuses = {int(code): int(n) for code, n in re.findall(r"\[(\d+)\]\s+(\d+) responses", output)}
+    errors = sum(n for code, n in statuses.items() if code != 200)
     errors += sum(int(n) for n in re.findall(r"\[(\d+)\]\s+Post", output))
-    return Result(label, rps, pct(50), pct(90), pct(99), errors)
+    return statuses.get(200, 0), errors
 
 
 def in_process(run: Callable[[], object], seconds: float, label: str, per_call: int = 1) -> Result:

@@ -54,7 +54,6 @@ class BatchCost:
         self._fitted_at: float | None = None
         self.fixed_s: float | None = None  # the last fit's fixed cost per call (None: no usable fit)
         self.rate: float | None = None  # rows admitted per second between the last two fits
-        self._hold_below = math.inf
 
     def admitted(self, rows: int) -> None:
         """A request of ``rows`` rows joined the queue."""
@@ -79,7 +78,9 @@ class BatchCost:
     def hold_below_rows(self) -> float:
         """An idle instance waits (up to the configured window) while its batch has fewer rows than
         this; ``inf`` while the estimate says holding always pays or knows too little to say."""
-        return self._hold_below
+        if self.fixed_s is None or self.rate is None:
+            return math.inf
+        return self.fixed_s * self.rate
 
     def _measure_rate(self, now: float) -> None:
         if self._fitted_at is not None and now > self._fitted_at:
@@ -91,7 +92,6 @@ class BatchCost:
         points = [(rows, mean.seconds, min(mean.count, 1 / SMOOTHING)) for rows, mean in self._sizes.items()]
         points = [p for p in points if p[2] >= MIN_SAMPLES]
         self.fixed_s = None
-        self._hold_below = math.inf
         if len(points) < 2:
             return
         total = sum(w for _, _, w in points)
@@ -106,5 +106,3 @@ class BatchCost:
         if per_row <= 0 or one_row <= 0:  # bigger batches no dearer: batching is all gain
             return
         self.fixed_s = max(0.0, fixed)
-        if self.rate is not None:
-            self._hold_below = self.fixed_s * self.rate
