@@ -8,6 +8,27 @@ from pathlib import Path
 RESNET_BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
 
 
+def resnet_input_stub() -> bytes:
+    """An ONNX model with ResNet's input and output (FP32 [batch, 3, 224, 224] -> [batch, 1000]) that
+    costs next to nothing to run: a mean per channel, then a fixed projection. Serving it measures
+    what a ResNet-sized request costs the server and the client outside the model."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = np.random.default_rng(0).standard_normal((3, 1000)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMean", ["input"], ["means"], axes=[2, 3], keepdims=0),
+            helper.make_node("MatMul", ["means", "weights"], ["logits"]),
+        ],
+        "resnet_input_stub",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, 224, 224])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 1000])],
+        [numpy_helper.from_array(weights, "weights")],
+    )
+    return bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+
+
 def export_resnet18(path: Path) -> Path:
     """A ResNet-18-shaped network (random weights), input ``input`` FP32 [batch, 3, 224, 224]."""
     return export_resnet(path, 18)

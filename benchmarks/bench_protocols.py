@@ -4,7 +4,10 @@
    ``tensorgate bench`` (one tool, so the protocols are compared on equal terms), each run against
    its own in-process ceiling, measured right before and after it (``_ceiling.py``); 1 round with
    ``--quick``, 5 by default. Bars: gRPC and binary each >= 0.90 of it.
-2. MLP at 64 clients, JSON bodies, with ``hey``: everything on (metrics recorded and exported,
+2. The same three protocols at a fixed 100 requests/s, on a model with ResNet's input that costs
+   next to nothing: the CPU each request costs the server and the client, which is what separates
+   the protocols in section 1, measured without the model's noise.
+3. MLP at 64 clients, JSON bodies, with ``hey``: everything on (metrics recorded and exported,
    JSON access log, tracing with an exporter and sampling off) against everything off
    (``--no-metrics --no-access-log``, no tracing), both servers up at once, in blocks of four short
    one-second runs (on-off-off-on, off-on-on-off; 8 blocks with ``--quick``, 36 by default), both event loops
@@ -41,6 +44,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -50,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import _callgrind
 from _ceiling import RESNET_INSTANCES, Bracket, Ceiling
-from _models import export_resnet
+from _models import export_resnet, resnet_input_stub
 from _placement import pin_event_loops
 from bench_serving import Result, hey, v2_json, write_onnx_model
 
@@ -61,6 +65,8 @@ OUT = Path(__file__).parent / "out"
 
 # Seconds of load before each counted `tensorgate bench` run: connections opened, ORT warmed up.
 WARMUP_S = 1.0
+# Requests/s of the cost-per-request section: about what the ResNet-18 runs reach here.
+COST_RATE = 100
 # Seconds per in-process arrangement when measuring the ceiling around a served run.
 CEILING_S = 3.0
 # Seconds per run of the observability blocks: short, so the four runs of a block see the same host
@@ -91,7 +97,8 @@ class Measured:
     client_cores: float
     server_cores: float
     wall_s: float
-    server_view: dict[str, float | None] | None = None  # from /metrics: mean batch, queue, compute
+    server_view: dict[str, Any] | None = None  # from /metrics: mean batch, queue, compute, outcomes
+    window_s: float = float("nan")  # the span the CPU columns cover: warm-up and counted run
 
 
 class CpuSampler:
@@ -178,9 +185,10 @@ class CpuSampler:
 
 
 def tensorgate_bench(
-    server: ServerProcess, protocol: str, model: str, concurrency: int, seconds: float, label: str
+    server: ServerProcess, protocol: str, model: str, load: Sequence[str], seconds: float, label: str
 ) -> Measured:
-    """One closed-loop run of ``tensorgate bench``; figures read from its ``--json`` report."""
+    """One run of ``tensorgate bench`` with ``load`` (``-c N`` or ``--rate R``); figures read from its
+    ``--json`` report."""
     url = server.grpc_address if protocol == "grpc" else server.url
     with tempfile.TemporaryDirectory(prefix="tg-bench-json-") as tmp:
         report = Path(tmp) / "report.json"
@@ -194,8 +202,7 @@ def tensorgate_bench(
             url,
             "--protocol",
             protocol,
-            "-c",
-            str(concurrency),
+            *load,
             "-z",
             f"{seconds:g}s",
             "--warmup",
@@ -224,9 +231,10 @@ def tensorgate_bench(
 
     good = run_json["successes"] / run_json["elapsed_s"] if run_json["elapsed_s"] else float("nan")
     errors = sum(run_json["errors"].values())
-    client, served = sampler.cores(WARMUP_S + run_json["elapsed_s"])
+    window = WARMUP_S + run_json["elapsed_s"]
+    client, served = sampler.cores(window)
     result = Result(label, good, ms("p50"), ms("p90"), ms("p99"), errors)
-    return Measured(result, client, served, wall, run_json.get("server"))
+    return Measured(result, client, served, wall, run_json.get("server"), window)
 
 
 def cores(value: float) -> str:
@@ -281,7 +289,7 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
             for protocol in order:
                 label = f"round {index + 1}, {PROTOCOLS[protocol]}"
                 measured, bracket = ceiling.around(
-                    lambda p=protocol, name=label: tensorgate_bench(server, p, "resnet", 10, seconds, name)
+                    lambda p=protocol, name=label: tensorgate_bench(server, p, "resnet", ("-c", "10"), seconds, name)
                 )
                 runs.append((protocol, measured, bracket))
     table = [row(measured, ceiling.of(bracket)) for _, measured, bracket in runs]
@@ -340,6 +348,67 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
         f"- Client CPU peaked at {max(m.client_cores for m in every):.2f} cores of {os.cpu_count()}; the "
         f"server used at most {max(m.server_cores for m in every):.2f}. The client shares the machine with the "
         "server, so every core it takes is one the model does not get.",
+        "",
+    ]
+
+
+def cost_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> None:
+    """CPU per request of each protocol at a fixed rate, with a model that costs next to nothing.
+
+    The ResNet runs above compare throughputs that this host's noise moves by 10 %; what sets them
+    apart is the CPU each protocol's requests take from the model. Measured directly, at a fixed
+    open-loop rate, that cost is a steadier figure, and it is the one a change to a protocol's path
+    should be judged by.
+    """
+    repo = work / "stub_repo"
+    config = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_ms": 5}, **RESNET_INSTANCES}
+    write_onnx_model(repo, "resnet_stub", resnet_input_stub(), config)
+    order = ("v2-binary", "grpc", "v2-json")
+    runs: dict[str, list[Measured]] = {p: [] for p in order}
+    with ServerProcess("--model-repository", str(repo), "--log-level", "warning") as server:
+        for index in range(rounds):
+            for protocol in order[index % 3 :] + order[: index % 3]:
+                label = f"round {index + 1}, {PROTOCOLS[protocol]}"
+                load = ("--rate", str(COST_RATE))
+                runs[protocol].append(tensorgate_bench(server, protocol, "resnet_stub", load, seconds, label))
+
+    def per_request(measured: Measured, cores: float) -> float:
+        """Microseconds of CPU per request the server answered over the CPU window (warm-up included,
+        as in the CPU figures: the counted rate alone would miss the warm-up's requests)."""
+        answered = ((measured.server_view or {}).get("requests_by_outcome") or {}).get("success", 0)
+        return cores * measured.window_s / answered * 1e6 if answered else float("nan")
+
+    def med(protocol: str, side: str) -> float:
+        return statistics.median(per_request(m, getattr(m, f"{side}_cores")) for m in runs[protocol])
+
+    base = med("v2-binary", "server") + med("v2-binary", "client")
+    rows = []
+    for protocol in order:
+        server_us, client_us = med(protocol, "server"), med(protocol, "client")
+        rate = statistics.median(m.result.rps for m in runs[protocol])
+        rows.append(
+            f"| {PROTOCOLS[protocol]} | {rate:.1f} | {server_us:,.0f} | {client_us:,.0f} "
+            f"| {server_us + client_us:,.0f} | {(server_us + client_us) / base:.2f} |"
+        )
+    extra = (med("grpc", "server") + med("grpc", "client")) - base
+    lines += [
+        f"### What a ResNet-sized request costs outside the model: {COST_RATE} requests/s",
+        "",
+        "The same input and output as the ResNet runs (FP32 [1, 3, 224, 224] in, [1, 1000] out) on a model "
+        "that costs next to nothing (a mean per channel and a projection), served with the same config. "
+        f"Each protocol driven open-loop by `tensorgate bench --rate {COST_RATE} -z {seconds:g}s`, about "
+        f"the rate of the ResNet-18 runs, {rounds} round(s), order rotated; CPU seconds of the server "
+        "(every thread: event loop, gRPC's threads, the model's) and of the client over the run, per "
+        "request served. Medians over the rounds.",
+        "",
+        "| protocol | requests/s | server CPU us/request | client CPU us/request | both | vs HTTP binary |",
+        "|---|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        f"- gRPC costs {extra:,.0f} us of CPU per request more than HTTP binary, server and client "
+        f"together: at the ResNet-18 runs' ~{COST_RATE} images/s, {extra * COST_RATE / 1e6:.3f} cores, "
+        f"{extra * COST_RATE / 1e4 / (os.cpu_count() or 1):.1f} % of this host's {os.cpu_count()} cores, "
+        "taken from the model.",
         "",
     ]
 
@@ -521,6 +590,7 @@ def main() -> None:
         work = Path(tmp)
         if args.only in (None, "protocols"):
             protocols_section(work, seconds, 1 if args.quick else 5, lines, args.depth)
+            cost_section(work, seconds, 1 if args.quick else 3, lines)
         if args.only in (None, "observability"):
             blocks = OBSERVABILITY_BLOCKS_QUICK if args.quick else OBSERVABILITY_BLOCKS
             mlp_section(work, OBSERVABILITY_RUN_S, blocks, lines)
