@@ -1,10 +1,11 @@
 """Protocols side by side, and what observability costs, in one run (issue 4's performance bars).
 
-1. ResNet-18-shaped model, 10 clients: V2 HTTP JSON, V2 HTTP binary and V2 gRPC, all driven by
+1. ResNet-18-shaped model, 10 clients: V2 HTTP JSON, V2 HTTP binary and V2 gRPC (unary
+   ``ModelInfer``, and each request a message of a kept ``ModelStreamInfer`` stream), all driven by
    ``tensorgate bench`` (one tool, so the protocols are compared on equal terms), each run against
    its own in-process ceiling, measured right before and after it (``_ceiling.py``); 1 round with
    ``--quick``, 5 by default. Bars: gRPC and binary each >= 0.90 of it.
-2. The same three protocols at a fixed 100 requests/s, on a model with ResNet's input that costs
+2. The same protocols at a fixed 100 requests/s, on a model with ResNet's input that costs
    next to nothing: the CPU each request costs the server and the client, which is what separates
    the protocols in section 1, measured without the model's noise.
 3. MLP at 64 clients, JSON bodies, with ``hey``: everything on (metrics recorded and exported,
@@ -189,7 +190,7 @@ def tensorgate_bench(
 ) -> Measured:
     """One run of ``tensorgate bench`` with ``load`` (``-c N`` or ``--rate R``); figures read from its
     ``--json`` report."""
-    url = server.grpc_address if protocol == "grpc" else server.url
+    url = server.grpc_address if protocol.startswith("grpc") else server.url
     with tempfile.TemporaryDirectory(prefix="tg-bench-json-") as tmp:
         report = Path(tmp) / "report.json"
         command = [
@@ -273,7 +274,12 @@ def verdict(ok: bool) -> str:
     return "**met**" if ok else "**not met**"
 
 
-PROTOCOLS = {"v2-json": "V2 HTTP JSON", "v2-binary": "V2 HTTP binary", "grpc": "V2 gRPC"}
+PROTOCOLS = {
+    "v2-json": "V2 HTTP JSON",
+    "v2-binary": "V2 HTTP binary",
+    "grpc": "V2 gRPC",
+    "grpc-stream": "V2 gRPC stream",  # ModelStreamInfer: each request a message on a kept stream
+}
 
 
 def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str], depth: int = 18) -> None:
@@ -285,7 +291,8 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
     ceiling = Ceiling(onnx_path, CEILING_S)
     with ServerProcess("--model-repository", str(repo), "--log-level", "warning") as server:
         for index in range(rounds):
-            order = list(PROTOCOLS)[index % 3 :] + list(PROTOCOLS)[: index % 3]  # none always first
+            shift = index % len(PROTOCOLS)
+            order = list(PROTOCOLS)[shift:] + list(PROTOCOLS)[:shift]  # none always first
             for protocol in order:
                 label = f"round {index + 1}, {PROTOCOLS[protocol]}"
                 measured, bracket = ceiling.around(
@@ -341,6 +348,9 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
         *[server_view_row(m) for m in every],
         "",
         f"- gRPC: **{ratio['grpc']:.2f}** of the ceiling (bar >= 0.90): {verdict(ratio['grpc'] >= 0.90)}.",
+        f"- gRPC over one kept stream per client (`ModelStreamInfer`, as tritonclient's `async_stream_infer` "
+        f"and perf_analyzer's `--streaming`): {ratio['grpc-stream']:.2f} of the ceiling; the bar above is "
+        "for unary `ModelInfer`, what `tritonclient`'s `infer` calls.",
         f"- HTTP binary: **{ratio['v2-binary']:.2f}** of the ceiling (bar >= 0.90): "
         f"{verdict(ratio['v2-binary'] >= 0.90)}.",
         f"- HTTP JSON: {ratio['v2-json']:.2f} of the ceiling (issue 3's bar >= 0.65: "
@@ -363,11 +373,11 @@ def cost_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> N
     repo = work / "stub_repo"
     config = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_ms": 5}, **RESNET_INSTANCES}
     write_onnx_model(repo, "resnet_stub", resnet_input_stub(), config)
-    order = ("v2-binary", "grpc", "v2-json")
+    order = ("v2-binary", "grpc", "grpc-stream", "v2-json")
     runs: dict[str, list[Measured]] = {p: [] for p in order}
     with ServerProcess("--model-repository", str(repo), "--log-level", "warning") as server:
         for index in range(rounds):
-            for protocol in order[index % 3 :] + order[: index % 3]:
+            for protocol in order[index % len(order) :] + order[: index % len(order)]:
                 label = f"round {index + 1}, {PROTOCOLS[protocol]}"
                 load = ("--rate", str(COST_RATE))
                 runs[protocol].append(tensorgate_bench(server, protocol, "resnet_stub", load, seconds, label))
@@ -391,6 +401,7 @@ def cost_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> N
             f"| {server_us + client_us:,.0f} | {(server_us + client_us) / base:.2f} |"
         )
     extra = (med("grpc", "server") + med("grpc", "client")) - base
+    stream_extra = (med("grpc-stream", "server") + med("grpc-stream", "client")) - base
     lines += [
         f"### What a ResNet-sized request costs outside the model: {COST_RATE} requests/s",
         "",
@@ -409,6 +420,8 @@ def cost_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> N
         f"together: at the ResNet-18 runs' ~{COST_RATE} images/s, {extra * COST_RATE / 1e6:.3f} cores, "
         f"{extra * COST_RATE / 1e4 / (os.cpu_count() or 1):.1f} % of this host's {os.cpu_count()} cores, "
         "taken from the model.",
+        f"- Over a kept stream (`ModelStreamInfer`), {stream_extra:,.0f} us more than HTTP binary: "
+        f"{stream_extra * COST_RATE / 1e4 / (os.cpu_count() or 1):.1f} % of the host at that rate.",
         "",
     ]
 

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from tensorgate.bench.inputs import RequestTensors, TensorMeta, parse_metadata, synthesize, tensors_from_v2
-from tensorgate.bench.targets.base import Endpoint
+from tensorgate.bench.targets.base import Endpoint, is_grpc
 from tensorgate.bench.targets.grpc_v2 import fetch_metadata
 from tensorgate.bench.targets.http_tensor import model_path
 from tensorgate.bench.targets.openai import chat_body, completion_body
@@ -39,8 +39,9 @@ def http_metadata(endpoint: Endpoint, model: str, version: str | None, timeout_s
 def model_inputs(
     protocol: str, endpoint: Endpoint, model: str, version: str | None, timeout_s: float
 ) -> list[TensorMeta]:
-    """The model's inputs: over gRPC for ``grpc``, else from the V2 HTTP metadata endpoint (V1 has none)."""
-    if protocol == "grpc":
+    """The model's inputs: over gRPC for the gRPC protocols, else from the V2 HTTP metadata endpoint (V1
+    has none)."""
+    if is_grpc(protocol):
         return asyncio.run(fetch_metadata(endpoint, model, version, timeout_s))
     return http_metadata(endpoint, model, version, timeout_s)
 

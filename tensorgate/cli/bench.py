@@ -22,7 +22,7 @@ from tensorgate.bench.results import RunResult
 from tensorgate.bench.runner import DEFAULT_MAX_INFLIGHT, LoadSpec
 from tensorgate.bench.server_metrics import metrics_delta, scrape
 from tensorgate.bench.slo import Slo, parse_slo
-from tensorgate.bench.targets.base import PROTOCOLS, parse_endpoint
+from tensorgate.bench.targets.base import PROTOCOLS, is_grpc, parse_endpoint
 from tensorgate.bench.targets.factory import is_streaming
 from tensorgate.bench.targets.openai import DEFAULT_PROMPT
 from tensorgate.bench.units import parse_duration
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    grpc = args.protocol == "grpc"
+    grpc = is_grpc(args.protocol)
     args.url = args.url or ("127.0.0.1:8081" if grpc else "http://127.0.0.1:8080")
     endpoint = parse_endpoint(args.url, 8081 if grpc else 8080)
     file_requests = load_input_file(json.loads(args.input_file.read_text())) if args.input_file else None

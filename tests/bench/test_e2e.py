@@ -15,7 +15,7 @@ import pytest
 from tensorgate.bench.inputs import Tensor
 from tensorgate.bench.server_metrics import parse_samples
 from tensorgate.bench.targets.base import parse_endpoint
-from tensorgate.bench.targets.grpc_v2 import GrpcTarget, infer_request_bytes
+from tensorgate.bench.targets.grpc_v2 import GrpcStreamTarget, GrpcTarget, infer_request_bytes
 from tensorgate.cli.main import main
 from tensorgate.testing import ServerProcess
 
@@ -104,11 +104,12 @@ def test_input_file_and_shape_override(example_server: ServerProcess, tmp_path: 
     assert main(["bench", "mlp", "-u", example_server.url, "-n", "1", "--shape", "nope=1"]) == 1
 
 
-def test_grpc_count_matches_the_server_counter(example_server: ServerProcess, tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["grpc", "grpc-stream"])
+def test_grpc_count_matches_the_server_counter(example_server: ServerProcess, tmp_path: Path, protocol: str) -> None:
     before = _successes(example_server)
     out = tmp_path / "report.json"
     code = main(
-        ["bench", "mlp", "-u", example_server.grpc_address, "--protocol", "grpc", "-c", "3", "-n", "150",
+        ["bench", "mlp", "-u", example_server.grpc_address, "--protocol", protocol, "-c", "3", "-n", "150",
          "--json", str(out)]
     )  # fmt: skip
     assert code == 0
@@ -143,3 +144,55 @@ def test_grpc_clients_each_have_their_own_connection(example_server: ServerProce
     channels, during = asyncio.run(run())
     assert channels == 4
     assert during == 4
+
+
+def _mlp_request(columns: int = 16) -> bytes:
+    return infer_request_bytes("mlp", None, (Tensor("features", "FP32", np.zeros((1, columns), np.float32)),))
+
+
+def test_grpc_stream_keeps_its_streams_through_failed_requests(example_server: ServerProcess) -> None:
+    # A request the model refuses (17 features for 16) answers with error_message on a stream
+    # that goes on: the same four streams carry every call.
+    endpoint = parse_endpoint(example_server.grpc_address, 8081)
+
+    async def run() -> tuple[list[str | None], int]:
+        target = GrpcStreamTarget(endpoint, [_mlp_request(), _mlp_request(17)])
+        try:
+            errors = []
+            for _ in range(3):
+                outcomes = await asyncio.gather(*(target.call(i) for i in range(4)))
+                errors += [o.error for o in outcomes]
+            return errors, len(target._channels)
+        finally:
+            await target.aclose()
+
+    before = _successes(example_server)
+    errors, channels = asyncio.run(run())
+    assert errors == [None, "grpc stream error", None, "grpc stream error"] * 3
+    assert channels == 4
+    assert _successes(example_server) - before == 6
+
+
+def test_grpc_stream_cancelled_call_is_not_reused(example_server: ServerProcess) -> None:
+    # The runner cancels a call at its timeout; an answer still on its way must not be read as the
+    # next request's, so that stream is closed and the next call opens another.
+    endpoint = parse_endpoint(example_server.grpc_address, 8081)
+
+    async def run() -> tuple[str | None, int, int]:
+        target = GrpcStreamTarget(endpoint, [_mlp_request()])
+        try:
+            first = asyncio.create_task(target.call(0))
+            await asyncio.sleep(0)  # the call has opened its stream and waits on the network
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            open_after_cancel = len(target._streams)
+            outcome = await target.call(1)
+            return outcome.error, open_after_cancel, len(target._channels)
+        finally:
+            await target.aclose()
+
+    error, open_after_cancel, channels = asyncio.run(run())
+    assert error is None
+    assert open_after_cancel == 0
+    assert channels == 2

@@ -6,7 +6,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
 
-PROTOCOLS = ("v2-json", "v2-binary", "grpc", "v1", "openai-completions", "openai-chat")
+PROTOCOLS = ("v2-json", "v2-binary", "grpc", "grpc-stream", "v1", "openai-completions", "openai-chat")
+
+
+def is_grpc(protocol: str) -> bool:
+    """``grpc`` (unary ModelInfer) and ``grpc-stream`` (ModelStreamInfer) speak to the gRPC port."""
+    return protocol in ("grpc", "grpc-stream")
 
 
 @dataclass(slots=True)

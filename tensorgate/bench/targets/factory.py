@@ -7,7 +7,7 @@ from typing import Any
 
 from tensorgate.bench.inputs import RequestTensors
 from tensorgate.bench.targets.base import Endpoint, Target
-from tensorgate.bench.targets.grpc_v2 import GrpcTarget, infer_request_bytes
+from tensorgate.bench.targets.grpc_v2 import GrpcStreamTarget, GrpcTarget, infer_request_bytes
 from tensorgate.bench.targets.http_tensor import HttpTensorTarget, encode_v1, encode_v2_binary, encode_v2_json
 from tensorgate.bench.targets.openai import OpenAiTarget
 from tensorgate.clock import Clock
@@ -35,6 +35,8 @@ def build_target(
         return HttpTensorTarget(endpoint, [encode(endpoint, model, version, t) for t in tensors])
     if protocol == "grpc":
         return GrpcTarget(endpoint, [infer_request_bytes(model, version, t) for t in tensors])
+    if protocol == "grpc-stream":
+        return GrpcStreamTarget(endpoint, [infer_request_bytes(model, version, t) for t in tensors])
     if is_streaming(protocol):
         return OpenAiTarget(endpoint, documents, protocol == "openai-chat", clock, api_key)
     raise ValueError(f"unknown protocol {protocol!r}")

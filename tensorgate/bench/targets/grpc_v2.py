@@ -1,9 +1,11 @@
 """KServe V2 over gRPC with ``grpc.aio``: messages from tensorgate's own generated stubs.
 
 Requests are built as ``ModelInferRequest`` with ``raw_input_contents`` and serialized once at
-start-up; the hot path sends those bytes through a raw ``unary_unary`` method and does not
-deserialize the answer (status only), for the same reason the HTTP targets keep bytes: the
-client must not be the bottleneck.
+start-up; the hot path sends those bytes through raw methods, for the same reason the HTTP
+targets keep bytes: the client must not be the bottleneck. ``grpc`` calls ``ModelInfer`` once per
+request and reads only the status; ``grpc-stream`` sends each request as a message of a
+``ModelStreamInfer`` stream (tritonclient's ``async_stream_infer``, perf_analyzer's
+``--streaming``) and reads its answer's ``error_message``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from tensorgate.bench.targets.base import Endpoint, Outcome
 from tensorgate.bench.targets.encoding import raw_bytes
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 _MAX_MESSAGE = 1 << 30
 
 
@@ -108,5 +111,63 @@ class GrpcTarget:
         return Outcome()
 
     async def aclose(self) -> None:
+        for channel in self._channels:
+            await channel.close()
+
+
+class GrpcStreamTarget:
+    """Sends each request on a ``ModelStreamInfer`` stream and waits for its answer before the stream
+    carries another: one stream per call in flight, each on its own connection (as
+    :class:`GrpcTarget`'s channels), kept open from call to call.
+
+    A stream whose call did not end with an answer (the stream failed, or the runner cancelled the
+    call at its timeout) is closed, never reused: an answer still on its way would otherwise be
+    read as the next request's. A failed request answers with ``error_message`` and its stream
+    goes on, as Triton's and tensorgate's servers do.
+    """
+
+    def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
+        if not requests:
+            raise ValueError("no requests to send")
+        service_pb2, _ = _stubs()
+        self._answer = service_pb2.ModelStreamInferResponse
+        self._endpoint = endpoint
+        self._requests = list(requests)
+        self._channels: list[Any] = []
+        self._streams: set[Any] = set()  # every stream opened and not yet closed
+        self._idle: list[Any] = []  # streams with no request in flight
+
+    def _open(self) -> Any:
+        channel = _channel(self._endpoint, own_connection=True)
+        self._channels.append(channel)
+        # No request serializer (the requests are bytes); answers are parsed for error_message.
+        stream = channel.stream_stream(STREAM_METHOD, response_deserializer=self._answer.FromString)()
+        self._streams.add(stream)
+        return stream
+
+    async def call(self, index: int) -> Outcome:
+        import grpc
+
+        stream = self._idle.pop() if self._idle else self._open()
+        reusable = False
+        try:
+            await stream.write(self._requests[index % len(self._requests)])
+            answer = await stream.read()
+            if answer is grpc.aio.EOF:  # the server ended the stream without answering
+                return Outcome("grpc stream ended")
+            reusable = True
+        except grpc.aio.AioRpcError as exc:
+            return Outcome(f"grpc {exc.code().name}")
+        finally:
+            if reusable:
+                self._idle.append(stream)
+            else:
+                self._streams.discard(stream)
+                stream.cancel()
+        return Outcome("grpc stream error" if answer.error_message else None)
+
+    async def aclose(self) -> None:
+        for stream in self._streams:
+            stream.cancel()
         for channel in self._channels:
             await channel.close()
