@@ -120,10 +120,12 @@ class GrpcStreamTarget:
     carries another: one stream per call in flight, each on its own connection (as
     :class:`GrpcTarget`'s channels), kept open from call to call.
 
-    A stream whose call did not end with an answer (the stream failed, or the runner cancelled the
-    call at its timeout) is closed, never reused: an answer still on its way would otherwise be
-    read as the next request's. A failed request answers with ``error_message`` and its stream
-    goes on, as Triton's and tensorgate's servers do.
+    A request's answer ends with the one marked ``triton_final_response``, where the server marks
+    them (Triton's decoupled models answer a request several times; tensorgate marks its one
+    answer), else with the first. A stream whose call did not end with its last answer (the stream
+    failed, or the runner cancelled the call at its timeout) is closed, never reused: an answer
+    still on its way would otherwise be read as the next request's. A failed request answers with
+    ``error_message`` and its stream goes on, as Triton's and tensorgate's servers do.
     """
 
     def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
@@ -149,12 +151,16 @@ class GrpcStreamTarget:
         import grpc
 
         stream = self._idle.pop() if self._idle else self._open()
-        reusable = False
+        reusable = failed = False
         try:
             await stream.write(self._requests[index % len(self._requests)])
-            answer = await stream.read()
-            if answer is grpc.aio.EOF:  # the server ended the stream without answering
-                return Outcome("grpc stream ended")
+            while True:
+                answer = await stream.read()
+                if answer is grpc.aio.EOF:  # the server ended the stream without answering
+                    return Outcome("grpc stream ended")
+                failed = failed or bool(answer.error_message)
+                if _final(answer):
+                    break
             reusable = True
         except grpc.aio.AioRpcError as exc:
             return Outcome(f"grpc {exc.code().name}")
@@ -164,10 +170,16 @@ class GrpcStreamTarget:
             else:
                 self._streams.discard(stream)
                 stream.cancel()
-        return Outcome("grpc stream error" if answer.error_message else None)
+        return Outcome("grpc stream error" if failed else None)
 
     async def aclose(self) -> None:
         for stream in self._streams:
             stream.cancel()
         for channel in self._channels:
             await channel.close()
+
+
+def _final(answer: Any) -> bool:
+    """Whether ``answer`` is its request's last: marked so, or from a server that marks none."""
+    flag = answer.infer_response.parameters.get("triton_final_response")
+    return flag is None or bool(flag.bool_param)
