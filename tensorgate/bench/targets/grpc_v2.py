@@ -124,8 +124,9 @@ class GrpcStreamTarget:
     them (Triton's decoupled models answer a request several times; tensorgate marks its one
     answer), else with the first. A stream whose call did not end with its last answer (the stream
     failed, or the runner cancelled the call at its timeout) is closed, never reused: an answer
-    still on its way would otherwise be read as the next request's. A failed request answers with
-    ``error_message`` and its stream goes on, as Triton's and tensorgate's servers do.
+    still on its way would otherwise be read as the next request's. Its connection is kept for the
+    next stream. A failed request answers with ``error_message`` and its stream goes on, as
+    Triton's and tensorgate's servers do.
     """
 
     def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
@@ -136,21 +137,25 @@ class GrpcStreamTarget:
         self._endpoint = endpoint
         self._requests = list(requests)
         self._channels: list[Any] = []
+        self._idle: list[tuple[Any, Any]] = []  # (channel, stream) with no request in flight
+        self._spare: list[Any] = []  # channels whose stream was closed
         self._streams: set[Any] = set()  # every stream opened and not yet closed
-        self._idle: list[Any] = []  # streams with no request in flight
 
-    def _open(self) -> Any:
-        channel = _channel(self._endpoint, own_connection=True)
-        self._channels.append(channel)
+    def _open(self) -> tuple[Any, Any]:
+        if self._spare:
+            channel = self._spare.pop()
+        else:
+            channel = _channel(self._endpoint, own_connection=True)
+            self._channels.append(channel)
         # No request serializer (the requests are bytes); answers are parsed for error_message.
         stream = channel.stream_stream(STREAM_METHOD, response_deserializer=self._answer.FromString)()
         self._streams.add(stream)
-        return stream
+        return channel, stream
 
     async def call(self, index: int) -> Outcome:
         import grpc
 
-        stream = self._idle.pop() if self._idle else self._open()
+        channel, stream = self._idle.pop() if self._idle else self._open()
         reusable = failed = False
         try:
             await stream.write(self._requests[index % len(self._requests)])
@@ -166,10 +171,11 @@ class GrpcStreamTarget:
             return Outcome(f"grpc {exc.code().name}")
         finally:
             if reusable:
-                self._idle.append(stream)
+                self._idle.append((channel, stream))
             else:
                 self._streams.discard(stream)
                 stream.cancel()
+                self._spare.append(channel)
         return Outcome("grpc stream error" if failed else None)
 
     async def aclose(self) -> None:
