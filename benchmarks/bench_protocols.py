@@ -59,6 +59,7 @@ from _models import export_resnet, resnet_input_stub
 from _placement import pin_event_loops
 from bench_serving import Result, hey, v2_json, write_onnx_model
 
+from tensorgate.bench.targets.base import is_grpc
 from tensorgate.examples.build import mlp_model
 from tensorgate.testing import ServerProcess
 
@@ -190,7 +191,7 @@ def tensorgate_bench(
 ) -> Measured:
     """One run of ``tensorgate bench`` with ``load`` (``-c N`` or ``--rate R``); figures read from its
     ``--json`` report."""
-    url = server.grpc_address if protocol.startswith("grpc") else server.url
+    url = server.grpc_address if is_grpc(protocol) else server.url
     with tempfile.TemporaryDirectory(prefix="tg-bench-json-") as tmp:
         report = Path(tmp) / "report.json"
         command = [
@@ -391,17 +392,22 @@ def cost_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> N
     def med(protocol: str, side: str) -> float:
         return statistics.median(per_request(m, getattr(m, f"{side}_cores")) for m in runs[protocol])
 
-    base = med("v2-binary", "server") + med("v2-binary", "client")
+    def both(protocol: str) -> float:
+        return med(protocol, "server") + med(protocol, "client")
+
+    def host_percent(us: float) -> float:  # CPU per request at COST_RATE, as a share of the host
+        return us * COST_RATE / 1e4 / (os.cpu_count() or 1)
+
+    base = both("v2-binary")
     rows = []
     for protocol in order:
         server_us, client_us = med(protocol, "server"), med(protocol, "client")
         rate = statistics.median(m.result.rps for m in runs[protocol])
         rows.append(
             f"| {PROTOCOLS[protocol]} | {rate:.1f} | {server_us:,.0f} | {client_us:,.0f} "
-            f"| {server_us + client_us:,.0f} | {(server_us + client_us) / base:.2f} |"
+            f"| {server_us + client_us:,.0f} | {both(protocol) / base:.2f} |"
         )
-    extra = (med("grpc", "server") + med("grpc", "client")) - base
-    stream_extra = (med("grpc-stream", "server") + med("grpc-stream", "client")) - base
+    extra, stream_extra = both("grpc") - base, both("grpc-stream") - base
     lines += [
         f"### What a ResNet-sized request costs outside the model: {COST_RATE} requests/s",
         "",
@@ -418,10 +424,10 @@ def cost_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> N
         "",
         f"- gRPC costs {extra:,.0f} us of CPU per request more than HTTP binary, server and client "
         f"together: at the ResNet-18 runs' ~{COST_RATE} images/s, {extra * COST_RATE / 1e6:.3f} cores, "
-        f"{extra * COST_RATE / 1e4 / (os.cpu_count() or 1):.1f} % of this host's {os.cpu_count()} cores, "
+        f"{host_percent(extra):.1f} % of this host's {os.cpu_count()} cores, "
         "taken from the model.",
         f"- Over a kept stream (`ModelStreamInfer`), {stream_extra:,.0f} us more than HTTP binary: "
-        f"{stream_extra * COST_RATE / 1e4 / (os.cpu_count() or 1):.1f} % of the host at that rate.",
+        f"{host_percent(stream_extra):.1f} % of the host at that rate.",
         "",
     ]
 

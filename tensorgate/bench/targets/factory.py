@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tensorgate.bench.inputs import RequestTensors
-from tensorgate.bench.targets.base import Endpoint, Target
+from tensorgate.bench.targets.base import Endpoint, Target, is_grpc
 from tensorgate.bench.targets.grpc_v2 import GrpcStreamTarget, GrpcTarget, infer_request_bytes
 from tensorgate.bench.targets.http_tensor import HttpTensorTarget, encode_v1, encode_v2_binary, encode_v2_json
 from tensorgate.bench.targets.openai import OpenAiTarget
@@ -33,10 +33,9 @@ def build_target(
     if protocol in _HTTP_ENCODERS:
         encode = _HTTP_ENCODERS[protocol]
         return HttpTensorTarget(endpoint, [encode(endpoint, model, version, t) for t in tensors])
-    if protocol == "grpc":
-        return GrpcTarget(endpoint, [infer_request_bytes(model, version, t) for t in tensors])
-    if protocol == "grpc-stream":
-        return GrpcStreamTarget(endpoint, [infer_request_bytes(model, version, t) for t in tensors])
+    if is_grpc(protocol):
+        target = GrpcStreamTarget if protocol == "grpc-stream" else GrpcTarget
+        return target(endpoint, [infer_request_bytes(model, version, t) for t in tensors])
     if is_streaming(protocol):
         return OpenAiTarget(endpoint, documents, protocol == "openai-chat", clock, api_key)
     raise ValueError(f"unknown protocol {protocol!r}")

@@ -71,7 +71,29 @@ async def fetch_metadata(endpoint: Endpoint, model: str, version: str | None, ti
     return [TensorMeta(i.name, i.datatype.upper(), tuple(int(d) for d in i.shape)) for i in reply.inputs]
 
 
-class GrpcTarget:
+class _Connections:
+    """What both gRPC targets hold: the requests, as bytes, and the channels they opened, each its own
+    connection, all closed by :meth:`aclose`."""
+
+    def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
+        if not requests:
+            raise ValueError("no requests to send")
+        _stubs()
+        self._endpoint = endpoint
+        self._requests = list(requests)
+        self._channels: list[Any] = []
+
+    def _connect(self) -> Any:
+        channel = _channel(self._endpoint, own_connection=True)
+        self._channels.append(channel)
+        return channel
+
+    async def aclose(self) -> None:
+        for channel in self._channels:
+            await channel.close()
+
+
+class GrpcTarget(_Connections):
     """Sends pre-serialized ``ModelInfer`` calls, one at a time per channel; a non-OK status becomes
     ``grpc CODE``.
 
@@ -84,19 +106,12 @@ class GrpcTarget:
     """
 
     def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
-        if not requests:
-            raise ValueError("no requests to send")
-        _stubs()
-        self._endpoint = endpoint
-        self._requests = list(requests)
-        self._channels: list[Any] = []
+        super().__init__(endpoint, requests)
         self._idle: list[Any] = []  # the ModelInfer callables of channels with no call in flight
 
     def _open(self) -> Any:
-        channel = _channel(self._endpoint, own_connection=True)
-        self._channels.append(channel)
         # No serializers: the requests are already bytes and the answers stay bytes.
-        return channel.unary_unary(INFER_METHOD)
+        return self._connect().unary_unary(INFER_METHOD)
 
     async def call(self, index: int) -> Outcome:
         import grpc
@@ -110,12 +125,8 @@ class GrpcTarget:
             self._idle.append(infer)
         return Outcome()
 
-    async def aclose(self) -> None:
-        for channel in self._channels:
-            await channel.close()
 
-
-class GrpcStreamTarget:
+class GrpcStreamTarget(_Connections):
     """Sends each request on a ``ModelStreamInfer`` stream and waits for its answer before the stream
     carries another: one stream per call in flight, each on its own connection (as
     :class:`GrpcTarget`'s channels), kept open from call to call.
@@ -130,23 +141,14 @@ class GrpcStreamTarget:
     """
 
     def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
-        if not requests:
-            raise ValueError("no requests to send")
-        service_pb2, _ = _stubs()
-        self._answer = service_pb2.ModelStreamInferResponse
-        self._endpoint = endpoint
-        self._requests = list(requests)
-        self._channels: list[Any] = []
+        super().__init__(endpoint, requests)
+        self._answer = _stubs()[0].ModelStreamInferResponse
         self._idle: list[tuple[Any, Any]] = []  # (channel, stream) with no request in flight
         self._spare: list[Any] = []  # channels whose stream was closed
         self._streams: set[Any] = set()  # every stream opened and not yet closed
 
     def _open(self) -> tuple[Any, Any]:
-        if self._spare:
-            channel = self._spare.pop()
-        else:
-            channel = _channel(self._endpoint, own_connection=True)
-            self._channels.append(channel)
+        channel = self._spare.pop() if self._spare else self._connect()
         # No request serializer (the requests are bytes); answers are parsed for error_message.
         stream = channel.stream_stream(STREAM_METHOD, response_deserializer=self._answer.FromString)()
         self._streams.add(stream)
@@ -181,8 +183,7 @@ class GrpcStreamTarget:
     async def aclose(self) -> None:
         for stream in self._streams:
             stream.cancel()
-        for channel in self._channels:
-            await channel.close()
+        await super().aclose()
 
 
 def _final(answer: Any) -> bool:
