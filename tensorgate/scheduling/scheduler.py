@@ -157,7 +157,7 @@ class Scheduler:
             future=loop.create_future(),
         )
         try:
-            self._queue.admit(item)  # raises QueueFull at once, never blocks
+            self._admit(item)
         except QueueFull:
             self._refused("queue_full")
             raise
@@ -194,6 +194,19 @@ class Scheduler:
             raise
         self._finish(item, "success")
         return response
+
+    def _admit(self, item: Pending) -> None:
+        """Queue ``item``, or raise QueueFull at once (never block).
+
+        A full queue is first offered to idle instances: requests that arrived in this loop turn
+        wait for the turn's end to be dispatched together (``_pump_soon``), and one that an idle
+        instance would take is not waiting, so it must not count against the queue's size.
+        """
+        try:
+            self._queue.admit(item)
+        except QueueFull:
+            self._pump()
+            self._queue.admit(item)
 
     def _refused(self, outcome: str) -> None:
         """A request turned away at admission: a failure in the metrics and in the statistics

@@ -158,6 +158,24 @@ async def test_a_full_queue_rejects_at_once() -> None:
     assert (scheduler.stats.success_count, scheduler.stats.fail_count) == (3, 1)
 
 
+async def test_requests_of_one_loop_turn_are_not_refused_while_an_instance_is_idle() -> None:
+    # Arrivals in one turn wait for its end to be dispatched together; a queue of one must still
+    # take two when an idle instance will run the first.
+    instance = GatedInstance("a")
+    scheduler = make(instance, batching=False, queue=QueueSettings(max_queue_size=1))
+    first = asyncio.ensure_future(submit(scheduler, 0.0))
+    second = asyncio.ensure_future(submit(scheduler, 1.0))
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    assert not first.done() and not second.done()
+    with pytest.raises(QueueFull):  # one running, one waiting: now the queue is full
+        await asyncio.wait_for(submit(scheduler, 2.0), 1.0)
+    instance.gate.set()
+    assert [r.tolist() for r in await asyncio.wait_for(asyncio.gather(first, second), 5.0)] == [
+        [[0.0, 0.0]],
+        [[10.0, 10.0]],
+    ]
+
+
 class TimedInstance(GatedInstance):
     """Each batch takes ``seconds`` on a manual clock, once its gate is open."""
 

@@ -1,8 +1,9 @@
-"""The gRPC listener: a grpc.aio server with the inference service, health checking and reflection.
+"""The gRPC listener: the inference service, health checking and reflection, over HTTP/2 read on the
+event loop (:mod:`tensorgate.protocols.grpc.http2`; its module comment says why not grpcio's server).
 
 Started by the :class:`~tensorgate.server.Server` after the HTTP listeners and stopped right after
-them. ``stop`` sends GOAWAY at once (no new RPCs) and lets in-flight RPCs finish within the grace
-period, which is the server's exit timeout.
+them. ``stop`` sends GOAWAY at once (no new calls) and lets calls in flight finish within the grace
+period, which is the server's exit timeout; health ``Watch`` streams are told NOT_SERVING and end.
 """
 
 from __future__ import annotations
@@ -11,23 +12,29 @@ import asyncio
 import contextlib
 import logging
 
-import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from tensorgate.clock import Clock
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.tracing import Tracer
+from tensorgate.protocols.grpc.call import Call, CallSettings, open_call
 from tensorgate.protocols.grpc.generated import _pool
 from tensorgate.protocols.grpc.health import INFERENCE_SERVICE, ReadinessHealth
+from tensorgate.protocols.grpc.http2.connection import Headers, Http2Limits, Http2ServerConnection, Stream
+from tensorgate.protocols.grpc.methods import MethodTable
 from tensorgate.protocols.grpc.servicer import GrpcSettings, InferenceServicer, add_to_server
 
 log = logging.getLogger(__name__)
 
-# Answers may be as large as protobuf allows (Triton's limit too); see the server options below.
+# Answers may be as large as protobuf allows (Triton's limit too). The receive limit bounds what
+# clients make us allocate; answers are bounded by the model. As in Triton, a large output goes out
+# (gRPC's 4 MiB default, or the request limit, would fail it after it ran and was counted a success).
 MAX_SEND_BYTES = (1 << 31) - 1
 # How often Watch streams of grpc.health.v1 see readiness changes (Check is always current).
 HEALTH_REFRESH_S = 0.25
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+WATCH_PATH = f"/{HEALTH_SERVICE}/Watch"
 
 
 def _reflection_pool() -> object:
@@ -55,27 +62,24 @@ class GrpcListener:
         host: str,
         port: int,
         max_message_bytes: int,
+        limits: Http2Limits = Http2Limits(),
     ) -> None:
         self.name = "grpc"
+        self._host, self._requested_port = host, port
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._health = ReadinessHealth(service)
-        self._server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", max_message_bytes),
-                # The limit bounds what clients make us allocate; answers are bounded by the model.
-                # As in Triton, a large output goes out (gRPC's 4 MiB default, or the request
-                # limit, failed one after it ran and after it was counted a success).
-                ("grpc.max_send_message_length", MAX_SEND_BYTES),
-                ("grpc.so_reuseport", 0),  # a second server must not share our port silently
-            ]
+        self._methods = MethodTable()
+        add_to_server(InferenceServicer(service, settings, tracer, clock), self._methods)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._methods)
+        names = (INFERENCE_SERVICE, HEALTH_SERVICE, reflection.SERVICE_NAME)
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+            reflection.aio.ReflectionServicer(names, pool=_reflection_pool()), self._methods
         )
-        add_to_server(InferenceServicer(service, settings, tracer, clock), self._server)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        reflection.enable_server_reflection(
-            (INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
-            self._server,
-            pool=_reflection_pool(),
-        )
+        self._call_settings = CallSettings(max_receive_bytes=max_message_bytes, max_send_bytes=MAX_SEND_BYTES)
+        self._limits = limits
+        self._server: asyncio.Server | None = None
+        self._connections: set[Http2ServerConnection] = set()
+        self._calls: set[Call] = set()
         self._port = 0
         self._refresher: asyncio.Task[None] | None = None
 
@@ -84,14 +88,25 @@ class GrpcListener:
         return self._port
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            self._port = self._server.add_insecure_port(self._address)
-        except RuntimeError as exc:  # grpc's way of saying the address is taken or invalid
-            raise OSError(f"gRPC cannot bind {self._address}: address in use or not available") from exc
-        if self._port == 0:
-            raise OSError(f"gRPC cannot bind {self._address}")
-        await self._server.start()
-        self._refresher = asyncio.get_running_loop().create_task(self._refresh_health())
+            self._server = await loop.create_server(
+                self._connection, self._host or None, self._requested_port, reuse_address=True
+            )
+        except OSError as exc:
+            raise OSError(f"gRPC cannot bind {self._address}: {exc.strerror or exc}") from exc
+        self._port = self._server.sockets[0].getsockname()[1]
+        self._refresher = loop.create_task(self._refresh_health())
+
+    def _connection(self) -> Http2ServerConnection:
+        conn: Http2ServerConnection
+
+        def opener(stream: Stream, headers: Headers) -> Call | None:
+            return open_call(stream, headers, conn, self._methods, self._call_settings, self._calls)
+
+        conn = Http2ServerConnection(opener, self._limits, self._connections.discard)
+        self._connections.add(conn)
+        return conn
 
     async def _refresh_health(self) -> None:
         while True:
@@ -102,10 +117,28 @@ class GrpcListener:
             await asyncio.sleep(HEALTH_REFRESH_S)
 
     async def stop(self, grace_s: float) -> None:
-        """Health to NOT_SERVING, GOAWAY, then wait up to ``grace_s`` for in-flight RPCs."""
+        """Health to NOT_SERVING, GOAWAY, then wait up to ``grace_s`` for calls in flight."""
         if self._refresher is not None:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._refresher
         await self._health.enter_graceful_shutdown()
-        await self._server.stop(grace=grace_s)
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.goaway()
+        await asyncio.sleep(0)  # Watch streams send NOT_SERVING, then end: they never finish alone
+        for call in list(self._calls):
+            if call.path == WATCH_PATH:
+                call.shut_down()
+        await self._wait_calls(grace_s)
+        for call in list(self._calls):
+            call.shut_down()
+        await self._wait_calls(1.0)
+        for conn in list(self._connections):
+            conn.close()
+
+    async def _wait_calls(self, timeout_s: float) -> None:
+        tasks = [call.task for call in self._calls if call.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
