@@ -152,6 +152,12 @@ class Cancelled(TensorgateError):
     code = ErrorCode.CANCELLED
 
 
+# The message of the cancellation a protocol delivers when the client's deadline passes (gRPC's
+# ``grpc-timeout``), so the scheduler counts a timeout: the request's own deadline, computed a
+# moment later from the time remaining, may not have passed yet by its clock.
+DEADLINE_CANCEL = "the client's deadline passed"
+
+
 class ModelLoadError(Exception):
     """A model version failed to load. Not a client error: it marks that version FAILED."""
 

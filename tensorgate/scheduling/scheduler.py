@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from tensorgate.clock import Clock
 from tensorgate.errors import (
+    DEADLINE_CANCEL,
     DeadlineExceeded,
     InternalError,
     InvalidInput,
@@ -180,13 +181,13 @@ class Scheduler:
             raise DeadlineExceeded(
                 f"request to model '{self.model}' exceeded its deadline of {timeout * 1000:.0f} ms"  # type: ignore[operator]
             ) from None
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             # The client went away: leave the queue (or drop the result when already running).
             if self._queue.remove(item):
                 self._pump()
             item.future.cancel()
             # A cancellation at the deadline is the deadline (gRPC's own timer fired first).
-            expired = deadline is not None and self._clock.now() >= deadline
+            expired = DEADLINE_CANCEL in exc.args or (deadline is not None and self._clock.now() >= deadline)
             self._finish(item, "timeout" if expired else "cancelled")
             raise
         except TensorgateError as exc:

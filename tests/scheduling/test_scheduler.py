@@ -11,7 +11,7 @@ from fake_instances import FakeInstance
 from prometheus_client import CollectorRegistry
 
 from tensorgate.clock import ManualClock, MonotonicClock
-from tensorgate.errors import DeadlineExceeded, InternalError, InvalidInput, QueueFull, Unavailable
+from tensorgate.errors import DEADLINE_CANCEL, DeadlineExceeded, InternalError, InvalidInput, QueueFull, Unavailable
 from tensorgate.instances.base import Instance, InstanceDied
 from tensorgate.instances.pool import InstancePool
 from tensorgate.observability.metrics import Metrics
@@ -240,6 +240,27 @@ async def test_a_cancelled_request_leaves_the_queue() -> None:
     instance.gate.set()
     await asyncio.wait_for(running, 5.0)
     assert all(9.0 not in batch for batch in instance.batches)
+
+
+async def test_a_cancellation_at_the_clients_deadline_counts_as_a_timeout() -> None:
+    # The protocol's timer (gRPC's grpc-timeout) can fire a moment before the request's own deadline,
+    # computed later from the time remaining; its cancellation says why.
+    instance = GatedInstance("a")
+    scheduler, metrics = make_counted(instance, batching=False)
+    running = asyncio.ensure_future(submit(scheduler, 0.0))
+    await asyncio.wait_for(instance.started.wait(), 5.0)
+    expired = asyncio.ensure_future(submit(scheduler, 1.0, timeout_s=30.0))
+    left = asyncio.ensure_future(submit(scheduler, 2.0))
+    await asyncio.sleep(0)
+    expired.cancel(DEADLINE_CANCEL)
+    left.cancel()
+    for task in (expired, left):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert _sample(metrics, "tensorgate_requests_total", outcome="timeout") == 1
+    assert _sample(metrics, "tensorgate_requests_total", outcome="cancelled") == 1
+    instance.gate.set()
+    await asyncio.wait_for(running, 5.0)
 
 
 async def test_higher_priority_is_dispatched_first() -> None:

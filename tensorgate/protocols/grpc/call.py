@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from tensorgate.errors import DEADLINE_CANCEL
 from tensorgate.protocols.grpc.http2.connection import Headers, Http2ServerConnection, Stream
 from tensorgate.protocols.grpc.methods import MethodTable
 
@@ -216,16 +217,16 @@ class Call:
 
     def _expire(self) -> None:
         self._expired = True
-        self._cancel()
+        self._cancel(DEADLINE_CANCEL)
 
     def shut_down(self) -> None:
         """The server's grace period is over: the call ends UNAVAILABLE."""
         self._shutdown = True
         self._cancel()
 
-    def _cancel(self) -> None:
+    def _cancel(self, message: str | None = None) -> None:
         if self.task is not None and not self.task.done():
-            self.task.cancel()
+            self.task.cancel(message)
         self._wake()
 
     def _wake(self) -> None:

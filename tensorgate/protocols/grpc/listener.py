@@ -18,11 +18,12 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from tensorgate.clock import Clock
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.tracing import Tracer
-from tensorgate.protocols.grpc.call import Call, CallSettings, open_call
+from tensorgate.protocols.grpc.call import CallSettings
 from tensorgate.protocols.grpc.generated import _pool
 from tensorgate.protocols.grpc.health import INFERENCE_SERVICE, ReadinessHealth
-from tensorgate.protocols.grpc.http2.connection import Headers, Http2Limits, Http2ServerConnection, Stream
+from tensorgate.protocols.grpc.http2.connection import Http2Limits
 from tensorgate.protocols.grpc.methods import MethodTable
+from tensorgate.protocols.grpc.server import GrpcServer
 from tensorgate.protocols.grpc.servicer import GrpcSettings, InferenceServicer, add_to_server
 
 log = logging.getLogger(__name__)
@@ -68,18 +69,16 @@ class GrpcListener:
         self._host, self._requested_port = host, port
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._health = ReadinessHealth(service)
-        self._methods = MethodTable()
-        add_to_server(InferenceServicer(service, settings, tracer, clock), self._methods)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._methods)
+        methods = MethodTable()
+        add_to_server(InferenceServicer(service, settings, tracer, clock), methods)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, methods)
         names = (INFERENCE_SERVICE, HEALTH_SERVICE, reflection.SERVICE_NAME)
         reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
-            reflection.aio.ReflectionServicer(names, pool=_reflection_pool()), self._methods
+            reflection.aio.ReflectionServicer(names, pool=_reflection_pool()), methods
         )
-        self._call_settings = CallSettings(max_receive_bytes=max_message_bytes, max_send_bytes=MAX_SEND_BYTES)
-        self._limits = limits
-        self._server: asyncio.Server | None = None
-        self._connections: set[Http2ServerConnection] = set()
-        self._calls: set[Call] = set()
+        self._server = GrpcServer(
+            methods, CallSettings(max_receive_bytes=max_message_bytes, max_send_bytes=MAX_SEND_BYTES), limits
+        )
         self._port = 0
         self._refresher: asyncio.Task[None] | None = None
 
@@ -88,25 +87,11 @@ class GrpcListener:
         return self._port
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(
-                self._connection, self._host or None, self._requested_port, reuse_address=True
-            )
+            self._port = await self._server.start(self._host, self._requested_port)
         except OSError as exc:
             raise OSError(f"gRPC cannot bind {self._address}: {exc.strerror or exc}") from exc
-        self._port = self._server.sockets[0].getsockname()[1]
-        self._refresher = loop.create_task(self._refresh_health())
-
-    def _connection(self) -> Http2ServerConnection:
-        conn: Http2ServerConnection
-
-        def opener(stream: Stream, headers: Headers) -> Call | None:
-            return open_call(stream, headers, conn, self._methods, self._call_settings, self._calls)
-
-        conn = Http2ServerConnection(opener, self._limits, self._connections.discard)
-        self._connections.add(conn)
-        return conn
+        self._refresher = asyncio.get_running_loop().create_task(self._refresh_health())
 
     async def _refresh_health(self) -> None:
         while True:
@@ -123,22 +108,5 @@ class GrpcListener:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._refresher
         await self._health.enter_graceful_shutdown()
-        if self._server is not None:
-            self._server.close()
-        for conn in list(self._connections):
-            conn.goaway()
-        await asyncio.sleep(0)  # Watch streams send NOT_SERVING, then end: they never finish alone
-        for call in list(self._calls):
-            if call.path == WATCH_PATH:
-                call.shut_down()
-        await self._wait_calls(grace_s)
-        for call in list(self._calls):
-            call.shut_down()
-        await self._wait_calls(1.0)
-        for conn in list(self._connections):
-            conn.close()
-
-    async def _wait_calls(self, timeout_s: float) -> None:
-        tasks = [call.task for call in self._calls if call.task is not None]
-        if tasks:
-            await asyncio.wait(tasks, timeout=timeout_s)
+        await asyncio.sleep(0)  # Watch streams send NOT_SERVING; they never end alone, so end them
+        await self._server.stop(grace_s, end_at_once=lambda call: call.path == WATCH_PATH)

@@ -1,0 +1,63 @@
+"""A gRPC server on the event loop: accepts connections, opens a call per stream, shuts down in order.
+
+What it serves is a :class:`~tensorgate.protocols.grpc.methods.MethodTable`; the listener fills it
+with tensorgate's services, tests with their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from tensorgate.protocols.grpc.call import Call, CallSettings, open_call
+from tensorgate.protocols.grpc.http2.connection import Headers, Http2Limits, Http2ServerConnection, Stream
+from tensorgate.protocols.grpc.methods import MethodTable
+
+
+class GrpcServer:
+    def __init__(self, methods: MethodTable, settings: CallSettings, limits: Http2Limits = Http2Limits()) -> None:
+        self._methods = methods
+        self._settings = settings
+        self._limits = limits
+        self._server: asyncio.Server | None = None
+        self._connections: set[Http2ServerConnection] = set()
+        self._calls: set[Call] = set()
+
+    async def start(self, host: str | None, port: int) -> int:
+        """Listen; returns the bound port. Raises OSError when the address is taken or unavailable."""
+        self._server = await asyncio.get_running_loop().create_server(
+            self._connection, host or None, port, reuse_address=True
+        )
+        return int(self._server.sockets[0].getsockname()[1])
+
+    def _connection(self) -> Http2ServerConnection:
+        conn: Http2ServerConnection
+
+        def opener(stream: Stream, headers: Headers) -> Call | None:
+            return open_call(stream, headers, conn, self._methods, self._settings, self._calls)
+
+        conn = Http2ServerConnection(opener, self._limits, self._connections.discard)
+        self._connections.add(conn)
+        return conn
+
+    async def stop(self, grace_s: float, end_at_once: Callable[[Call], bool] = lambda call: False) -> None:
+        """No new connections or calls (GOAWAY); calls in flight get ``grace_s`` to finish, then end
+        UNAVAILABLE. Calls that ``end_at_once`` picks (streams that never end alone) end right away."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.goaway()
+        for call in list(self._calls):
+            if end_at_once(call):
+                call.shut_down()
+        await self._wait_calls(grace_s)
+        for call in list(self._calls):
+            call.shut_down()
+        await self._wait_calls(1.0)
+        for conn in list(self._connections):
+            conn.close()
+
+    async def _wait_calls(self, timeout_s: float) -> None:
+        tasks = [call.task for call in self._calls if call.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
