@@ -288,8 +288,7 @@ class Http2ServerConnection(asyncio.Protocol):
             if end - pos < f.HEADER_BYTES:
                 break
             length, kind, flags, stream_id = f.parse_header(view, pos)
-            if length > f.MAX_FRAME_SIZE_LIMIT:
-                raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "frame larger than SETTINGS_MAX_FRAME_SIZE")
+            # No frame can exceed our SETTINGS_MAX_FRAME_SIZE: it is the largest a 24-bit length holds.
             if self._header_block is not None and kind != f.CONTINUATION:
                 raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "header block interrupted by another frame")
             if kind == f.DATA and not flags & f.PADDED:
