@@ -138,12 +138,12 @@ def test_grpc_clients_each_have_their_own_connection(example_server: ServerProce
             for _ in range(3):
                 outcomes = await asyncio.gather(*(target.call(i) for i in range(4)))
                 assert all(o.error is None for o in outcomes)
-            return len(target._channels), connections()
+            return len(target._all), connections()
         finally:
             await target.aclose()
 
-    channels, during = asyncio.run(run())
-    assert channels == 4
+    opened, during = asyncio.run(run())
+    assert opened == 4
     assert during == 4
 
 

@@ -200,6 +200,7 @@ class RawClient:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
         self.encoder = Encoder()
+        self.ended = False  # the server closed the connection
 
     @classmethod
     async def connect(cls, port: int, preface: bytes) -> RawClient:
@@ -227,7 +228,8 @@ class RawClient:
             while True:
                 try:
                     head = await self.reader.readexactly(9)
-                except asyncio.IncompleteReadError:
+                except (asyncio.IncompleteReadError, ConnectionResetError):
+                    self.ended = True
                     return seen
                 frame, length = Frame.parse_frame_header(memoryview(head))
                 frame.parse_body(memoryview(await self.reader.readexactly(length)))
@@ -344,11 +346,14 @@ async def test_opening_and_resetting_streams_in_a_loop_stays_within_the_limit(
         client.headers(stream_id, sleep="30")
         client.message(stream_id, b"x")
         client.writer.write(f.rst_stream(stream_id, f.ErrorCode.CANCEL))
-    await client.writer.drain()
+    with contextlib.suppress(ConnectionResetError):
+        await client.writer.drain()
     frames = await client.frames_until(GoAwayFrame)  # refused past a bound, or read to the end
     refused = [x for x in frames if isinstance(x, RstStreamFrame) and x.error_code == f.ErrorCode.REFUSED_STREAM]
     calm = [x for x in frames if isinstance(x, GoAwayFrame) and x.error_code == f.ErrorCode.ENHANCE_YOUR_CALM]
-    assert refused or calm
+    # Closing on a client still writing resets the socket, which can discard the GOAWAY before it is
+    # read; here only ENHANCE_YOUR_CALM closes the connection.
+    assert refused or calm or client.ended
     assert service.most_sleeping <= 8
     await _still_serves(channel)
 

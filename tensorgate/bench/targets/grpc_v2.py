@@ -1,11 +1,11 @@
-"""KServe V2 over gRPC with ``grpc.aio``: messages from tensorgate's own generated stubs.
+"""KServe V2 over gRPC: messages from tensorgate's own generated stubs.
 
 Requests are built as ``ModelInferRequest`` with ``raw_input_contents`` and serialized once at
-start-up; the hot path sends those bytes through raw methods, for the same reason the HTTP
-targets keep bytes: the client must not be the bottleneck. ``grpc`` calls ``ModelInfer`` once per
-request and reads only the status; ``grpc-stream`` sends each request as a message of a
-``ModelStreamInfer`` stream (tritonclient's ``async_stream_infer``, perf_analyzer's
-``--streaming``) and reads its answer's ``error_message``.
+start-up; the hot path sends those bytes, for the same reason the HTTP targets keep bytes: the
+client must not be the bottleneck. ``grpc`` calls ``ModelInfer`` once per request with the lean
+client of :mod:`tensorgate.bench.grpc_client` and reads only the status; ``grpc-stream`` sends each
+request as a message of a ``ModelStreamInfer`` stream (tritonclient's ``async_stream_infer``,
+perf_analyzer's ``--streaming``) with ``grpc.aio`` and reads its answer's ``error_message``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tensorgate.bench.grpc_client import GrpcConnection, connect, framed
 from tensorgate.bench.inputs import RequestTensors, TensorMeta
 from tensorgate.bench.targets.base import Endpoint, Outcome
 from tensorgate.bench.targets.encoding import raw_bytes
@@ -71,62 +72,83 @@ async def fetch_metadata(endpoint: Endpoint, model: str, version: str | None, ti
     return [TensorMeta(i.name, i.datatype.upper(), tuple(int(d) for d in i.shape)) for i in reply.inputs]
 
 
-class _Connections:
-    """What both gRPC targets hold: the requests, as bytes, and the channels they opened, each its own
-    connection, all closed by :meth:`aclose`."""
+class GrpcTarget:
+    """Sends pre-serialized ``ModelInfer`` calls with :mod:`tensorgate.bench.grpc_client`, one at a
+    time per connection; a non-OK status becomes ``grpc CODE``.
+
+    Connections are handed out one call at a time like the HTTP targets' keep-alive connections: a
+    closed loop of ``c`` workers is ``c`` clients on ``c`` connections, as it is over HTTP, and an
+    open loop opens as many as it has calls outstanding. (One connection shared by every call would
+    push them all through one connection, which grpc servers serve one frame at a time on one
+    thread; Triton's C++ client, for the same reason, stops sharing a channel past a few clients.)
+    """
 
     def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
         if not requests:
             raise ValueError("no requests to send")
-        _stubs()
         self._endpoint = endpoint
-        self._requests = list(requests)
-        self._channels: list[Any] = []
-
-    def _connect(self) -> Any:
-        channel = _channel(self._endpoint, own_connection=True)
-        self._channels.append(channel)
-        return channel
-
-    async def aclose(self) -> None:
-        for channel in self._channels:
-            await channel.close()
-
-
-class GrpcTarget(_Connections):
-    """Sends pre-serialized ``ModelInfer`` calls, one at a time per channel; a non-OK status becomes
-    ``grpc CODE``.
-
-    Each channel is its own HTTP/2 connection, handed out one call at a time like the HTTP targets'
-    keep-alive connections: a closed loop of ``c`` workers is ``c`` clients on ``c`` connections, as
-    it is over HTTP, and an open loop opens as many as it has calls outstanding. One channel shared
-    by every call would instead push all of them through one connection, which grpc serves one
-    frame at a time on one thread (Triton's C++ client, for the same reason, stops sharing a
-    channel past a few clients).
-    """
-
-    def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
-        super().__init__(endpoint, requests)
-        self._idle: list[Any] = []  # the ModelInfer callables of channels with no call in flight
-
-    def _open(self) -> Any:
-        # No serializers: the requests are already bytes and the answers stay bytes.
-        return self._connect().unary_unary(INFER_METHOD)
+        self._requests = [framed(request) for request in requests]
+        self._idle: list[GrpcConnection] = []
+        self._all: list[GrpcConnection] = []
 
     async def call(self, index: int) -> Outcome:
-        import grpc
-
-        infer = self._idle.pop() if self._idle else self._open()
+        if self._idle:
+            connection = self._idle.pop()
+        else:
+            connection = await connect(self._endpoint.host, self._endpoint.port)
+            self._all.append(connection)
         try:
-            await infer(self._requests[index % len(self._requests)])
-        except grpc.aio.AioRpcError as exc:
-            return Outcome(f"grpc {exc.code().name}")
+            status = await connection.call(INFER_METHOD, self._requests[index % len(self._requests)])
         finally:
-            self._idle.append(infer)
-        return Outcome()
+            # A cancelled call's stream was reset; its connection carries the next call.
+            if connection.usable:
+                self._idle.append(connection)
+            else:
+                self._all.remove(connection)
+                if connection.transport is not None:
+                    connection.transport.close()
+        if status.code == 0:
+            return Outcome()
+        return Outcome(f"grpc {_STATUS_NAMES.get(status.code, 'UNKNOWN')}")
+
+    async def aclose(self) -> None:
+        for connection in self._all:
+            if connection.transport is not None:
+                connection.transport.close()
+        self._all.clear()
+        self._idle.clear()
 
 
-class GrpcStreamTarget(_Connections):
+# grpc-status numbers to grpc.StatusCode names; NO_STATUS (a reset stream, no status) is its own.
+_STATUS_NAMES = {
+    -1: "NO_STATUS",
+    **dict(
+        enumerate(
+            [
+                "OK",
+                "CANCELLED",
+                "UNKNOWN",
+                "INVALID_ARGUMENT",
+                "DEADLINE_EXCEEDED",
+                "NOT_FOUND",
+                "ALREADY_EXISTS",
+                "PERMISSION_DENIED",
+                "RESOURCE_EXHAUSTED",
+                "FAILED_PRECONDITION",
+                "ABORTED",
+                "OUT_OF_RANGE",
+                "UNIMPLEMENTED",
+                "INTERNAL",
+                "UNAVAILABLE",
+                "DATA_LOSS",
+                "UNAUTHENTICATED",
+            ]
+        )
+    ),
+}
+
+
+class GrpcStreamTarget:
     """Sends each request on a ``ModelStreamInfer`` stream and waits for its answer before the stream
     carries another: one stream per call in flight, each on its own connection (as
     :class:`GrpcTarget`'s channels), kept open from call to call.
@@ -141,14 +163,22 @@ class GrpcStreamTarget(_Connections):
     """
 
     def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
-        super().__init__(endpoint, requests)
+        if not requests:
+            raise ValueError("no requests to send")
+        self._endpoint = endpoint
+        self._requests = list(requests)
+        self._channels: list[Any] = []
         self._answer = _stubs()[0].ModelStreamInferResponse
         self._idle: list[tuple[Any, Any]] = []  # (channel, stream) with no request in flight
         self._spare: list[Any] = []  # channels whose stream was closed
         self._streams: set[Any] = set()  # every stream opened and not yet closed
 
     def _open(self) -> tuple[Any, Any]:
-        channel = self._spare.pop() if self._spare else self._connect()
+        if self._spare:
+            channel = self._spare.pop()
+        else:
+            channel = _channel(self._endpoint, own_connection=True)
+            self._channels.append(channel)
         # No request serializer (the requests are bytes); answers are parsed for error_message.
         stream = channel.stream_stream(STREAM_METHOD, response_deserializer=self._answer.FromString)()
         self._streams.add(stream)
@@ -183,7 +213,8 @@ class GrpcStreamTarget(_Connections):
     async def aclose(self) -> None:
         for stream in self._streams:
             stream.cancel()
-        await super().aclose()
+        for channel in self._channels:
+            await channel.close()
 
 
 def _final(answer: Any) -> bool:
