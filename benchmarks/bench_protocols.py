@@ -415,7 +415,7 @@ def cost_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> N
         "that costs next to nothing (a mean per channel and a projection), served with the same config. "
         f"Each protocol driven open-loop by `tensorgate bench --rate {COST_RATE} -z {seconds:g}s`, about "
         f"the rate of the ResNet-18 runs, {rounds} round(s), order rotated; CPU seconds of the server "
-        "(every thread: event loop, gRPC's threads, the model's) and of the client over the run, per "
+        "(every thread: the event loop's, the model's) and of the client over the run, per "
         "request served. Medians over the rounds.",
         "",
         "| protocol | requests/s | server CPU us/request | client CPU us/request | both | vs HTTP binary |",

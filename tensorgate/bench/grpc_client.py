@@ -62,6 +62,7 @@ class GrpcConnection(asyncio.Protocol):
         self._next_id = 1
         self._call: _Call | None = None
         self._header_block: list[bytes] = []
+        self._blocks: dict[str, bytes] = {}  # header blocks of only table references, by path
         self._block_ends_stream = False
         self._send_window = f.DEFAULT_WINDOW
         self._peer_initial_window = f.DEFAULT_WINDOW
@@ -131,6 +132,7 @@ class GrpcConnection(asyncio.Protocol):
                     self._peer_max_frame = value
                 elif key == f.HEADER_TABLE_SIZE:
                     self._encoder.header_table_size = min(value, 4096)
+                    self._blocks.clear()  # the table changes: blocks that refer to it are stale
             self._write(f.frame(f.SETTINGS, f.ACK, 0))
             self._open_window()
         elif kind == f.WINDOW_UPDATE:
@@ -204,6 +206,22 @@ class GrpcConnection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         call = self._call = _Call(self._next_id, self._peer_initial_window, loop.create_future())
         self._next_id += 2
+        headers = f.frame(f.HEADERS, f.END_HEADERS, call.id, self._header_block_for(path))
+        try:
+            await self._send(call, headers, memoryview(message))
+            return await call.done
+        except asyncio.CancelledError:
+            if self._call is call:
+                self._call = None
+                self._write(f.rst_stream(call.id, f.ErrorCode.CANCEL))
+            raise
+
+    def _header_block_for(self, path: str) -> bytes:
+        """The request's header block. Once HPACK's table holds every field, the block is only
+        references to it (one byte each), which encoding again would not change: kept and reused."""
+        block = self._blocks.get(path)
+        if block is not None:
+            return block
         block = self._encoder.encode(
             [
                 (":method", "POST"),
@@ -214,30 +232,33 @@ class GrpcConnection(asyncio.Protocol):
                 ("te", "trailers"),
             ]
         )
-        self._write(f.frame(f.HEADERS, f.END_HEADERS, call.id, block))
-        try:
-            await self._send(call, memoryview(message))
-            return await call.done
-        except asyncio.CancelledError:
-            if self._call is call:
-                self._call = None
-                self._write(f.rst_stream(call.id, f.ErrorCode.CANCEL))
-            raise
+        if all(0x80 <= byte < 0xFF for byte in block):  # indexed fields, indexes under 127
+            self._blocks[path] = block
+        return block
 
-    async def _send(self, call: _Call, data: memoryview) -> None:
+    async def _send(self, call: _Call, headers: bytes, data: memoryview) -> None:
+        """HEADERS, then DATA as the server's windows and frame size allow; the first frames in one
+        write."""
         loop = asyncio.get_running_loop()
+        pending: list[bytes | memoryview] = [headers]
         while data and not call.done.done():
             size = min(len(data), call.send_window, self._send_window, self._peer_max_frame)
             if size <= 0:
+                self._flush(pending)
                 self._window_opened = loop.create_future()
                 await self._window_opened
                 continue
             last = size == len(data)
-            assert self.transport is not None
-            self.transport.writelines((f.header(f.DATA, f.END_STREAM if last else 0, call.id, size), data[:size]))
+            pending += (f.header(f.DATA, f.END_STREAM if last else 0, call.id, size), data[:size])
             call.send_window -= size
             self._send_window -= size
             data = data[size:]
+        self._flush(pending)
+
+    def _flush(self, pending: list[bytes | memoryview]) -> None:
+        if pending and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(pending)
+        pending.clear()
 
 
 async def connect(host: str, port: int) -> GrpcConnection:

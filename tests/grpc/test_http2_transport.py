@@ -77,7 +77,9 @@ def _table(service: EchoService) -> MethodTable:
 @pytest.fixture()
 async def served() -> AsyncIterator[tuple[EchoService, int]]:
     service = EchoService()
-    limits = Http2Limits(max_concurrent_streams=8, stream_window=1 << 20, connection_window=4 << 20)
+    limits = Http2Limits(
+        max_concurrent_streams=8, stream_window=1 << 20, connection_window=4 << 20, preface_timeout_s=0.5
+    )
     server = GrpcServer(_table(service), CallSettings(MAX_MESSAGE, MAX_MESSAGE), limits)
     port = await server.start("127.0.0.1", 0)
     yield service, port
@@ -249,6 +251,13 @@ async def test_a_client_that_is_not_http2_is_closed(
     frames = await client.frames_until(GoAwayFrame)
     assert isinstance(frames[-1], GoAwayFrame) and frames[-1].error_code == f.ErrorCode.PROTOCOL_ERROR
     await _still_serves(channel)
+
+
+async def test_a_connection_that_sends_nothing_is_closed(raw: Connect) -> None:
+    client = await raw(b"")
+    frames = await client.frames_until(GoAwayFrame)  # after the fixture's 0.5 s without a preface
+    assert isinstance(frames[-1], GoAwayFrame) and frames[-1].error_code == f.ErrorCode.PROTOCOL_ERROR
+    assert await client.reader.read() == b""
 
 
 async def test_pings_are_answered(served: tuple[EchoService, int], raw: Connect) -> None:

@@ -2,7 +2,7 @@
 
 Every RPC runs through one boundary (:meth:`InferenceServicer._guard` for unary calls, the per-item
 wrapper for the stream): a :class:`TensorgateError` becomes its table status, anything else is
-logged and becomes INTERNAL with no detail. grpc.aio cancels the handler's task when the client
+logged and becomes INTERNAL with no detail. The transport cancels the handler's task when the client
 cancels or its deadline passes, and that cancellation flows into ``service.infer``, so the
 request leaves the scheduler's queue.
 """
@@ -192,7 +192,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             outcome = exc.grpc_status
             raise
         except asyncio.CancelledError:
-            # grpc.aio cancels the handler when the client cancels, and when the deadline passes.
+            # The transport cancels the handler when the client cancels, and when the deadline passes.
             outcome = "DEADLINE_EXCEEDED" if _past_deadline(context) else "CANCELLED"
             raise
         finally:

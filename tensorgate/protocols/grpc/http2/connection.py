@@ -48,6 +48,9 @@ class Http2Limits:
     max_unread_replies: int = 1024
     # Streams refused for being over the limit before the connection is closed as abusive.
     max_refused_streams: int = 1024
+    # A connection that has not sent HTTP/2's preface by then is closed (grpc's handshake timeout
+    # is 120 s; a gRPC client sends its preface at once).
+    preface_timeout_s: float = 20.0
 
 
 class StreamOwner(Protocol):
@@ -201,6 +204,7 @@ class Http2ServerConnection(asyncio.Protocol):
         self.goaway_sent = False
         self.closed = False
         self.peer = "unknown"
+        self._preface_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -219,6 +223,11 @@ class Http2ServerConnection(asyncio.Protocol):
             f.MAX_HEADER_LIST_SIZE: self.limits.max_header_list_bytes,
         }
         self.write(f.settings(settings) + f.window_update(0, self.limits.connection_window - f.DEFAULT_WINDOW))
+        self._preface_timer = asyncio.get_running_loop().call_later(self.limits.preface_timeout_s, self._no_preface)
+
+    def _no_preface(self) -> None:
+        if not self._preface_seen:
+            self.fail(ErrorCode.PROTOCOL_ERROR, "no HTTP/2 connection preface")
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -231,6 +240,8 @@ class Http2ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._preface_timer is not None:
+            self._preface_timer.cancel()
         for stream in list(self.streams.values()):
             self._drop(stream)
         if self._resumed is not None and not self._resumed.done():
