@@ -18,10 +18,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import cast
 
-from hpack import Decoder, Encoder
-
 from tensorgate.bench.http_client import ConnectionLost
 from tensorgate.protocols.grpc.http2 import frames as f
+from tensorgate.protocols.grpc.http2.header_blocks import HeaderBlocks
 
 # What this client lets the server send before it reads: answers are small, but allow large ones.
 RECEIVE_WINDOW = 16 * 1024 * 1024
@@ -57,12 +56,10 @@ class GrpcConnection(asyncio.Protocol):
         self._authority = authority
         self.transport: asyncio.Transport | None = None
         self._buffer = bytearray()
-        self._encoder = Encoder()
-        self._decoder = Decoder()
+        self._hpack = HeaderBlocks()
         self._next_id = 1
         self._call: _Call | None = None
         self._header_block: list[bytes] = []
-        self._blocks: dict[str, bytes] = {}  # header blocks of only table references, by path
         self._block_ends_stream = False
         self._send_window = f.DEFAULT_WINDOW
         self._peer_initial_window = f.DEFAULT_WINDOW
@@ -117,9 +114,9 @@ class GrpcConnection(asyncio.Protocol):
                 self._header_block.append(payload)
             if flags & f.END_HEADERS:
                 # Decoded whatever its stream: HPACK's table is the connection's.
-                fields = self._decoder.decode(b"".join(self._header_block))
+                fields = self._hpack.decode(b"".join(self._header_block))
                 if call is not None:
-                    call.fields.update((str(k), str(v)) for k, v in fields)
+                    call.fields.update(fields)
                     if self._block_ends_stream:
                         self._end(call)
         elif kind == f.SETTINGS and not flags & f.ACK:
@@ -131,8 +128,7 @@ class GrpcConnection(asyncio.Protocol):
                 elif key == f.MAX_FRAME_SIZE:
                     self._peer_max_frame = value
                 elif key == f.HEADER_TABLE_SIZE:
-                    self._encoder.header_table_size = min(value, 4096)
-                    self._blocks.clear()  # the table changes: blocks that refer to it are stale
+                    self._hpack.set_encoder_table_size(min(value, 4096))
             self._write(f.frame(f.SETTINGS, f.ACK, 0))
             self._open_window()
         elif kind == f.WINDOW_UPDATE:
@@ -217,12 +213,7 @@ class GrpcConnection(asyncio.Protocol):
             raise
 
     def _header_block_for(self, path: str) -> bytes:
-        """The request's header block. Once HPACK's table holds every field, the block is only
-        references to it (one byte each), which encoding again would not change: kept and reused."""
-        block = self._blocks.get(path)
-        if block is not None:
-            return block
-        block = self._encoder.encode(
+        return self._hpack.encode(
             [
                 (":method", "POST"),
                 (":scheme", "http"),
@@ -232,9 +223,6 @@ class GrpcConnection(asyncio.Protocol):
                 ("te", "trailers"),
             ]
         )
-        if all(0x80 <= byte < 0xFF for byte in block):  # indexed fields, indexes under 127
-            self._blocks[path] = block
-        return block
 
     async def _send(self, call: _Call, headers: bytes, data: memoryview) -> None:
         """HEADERS, then DATA as the server's windows and frame size allow; the first frames in one

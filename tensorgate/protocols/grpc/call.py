@@ -25,7 +25,8 @@ from typing import Any
 import grpc
 
 from tensorgate.errors import DEADLINE_CANCEL
-from tensorgate.protocols.grpc.http2.connection import Headers, Http2ServerConnection, Stream
+from tensorgate.protocols.grpc.http2.connection import Http2ServerConnection, Stream
+from tensorgate.protocols.grpc.http2.header_blocks import Headers
 from tensorgate.protocols.grpc.methods import MethodTable
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,8 @@ import asyncio
 from collections.abc import Callable
 
 from tensorgate.protocols.grpc.call import Call, CallSettings, open_call
-from tensorgate.protocols.grpc.http2.connection import Headers, Http2Limits, Http2ServerConnection, Stream
+from tensorgate.protocols.grpc.http2.connection import Http2Limits, Http2ServerConnection, Stream
+from tensorgate.protocols.grpc.http2.header_blocks import Headers
 from tensorgate.protocols.grpc.methods import MethodTable
 
 

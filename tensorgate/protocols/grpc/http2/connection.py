@@ -24,16 +24,15 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol
 
-from hpack import Decoder, Encoder, HPACKError
+from hpack import HPACKError
 
 from tensorgate.protocols.grpc.http2 import frames as f
 from tensorgate.protocols.grpc.http2.frames import ConnectionError_, ErrorCode
+from tensorgate.protocols.grpc.http2.header_blocks import HeaderBlocks, Headers
 
 log = logging.getLogger(__name__)
-
-Headers = list[tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +179,7 @@ class Http2ServerConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._preface_seen = False
-        self._decoder = Decoder(max_header_list_size=limits.max_header_list_bytes)
-        self._encoder = Encoder()
+        self._hpack = HeaderBlocks(limits.max_header_list_bytes)
         self.streams: dict[int, Stream] = {}
         self.running = 0  # calls whose task has not ended, reset or not: the concurrency limit
         self._last_stream_id = 0
@@ -432,7 +430,7 @@ class Http2ServerConnection(asyncio.Protocol):
         stream_id, flags, parts = self._header_block
         self._header_block = None
         try:
-            headers = cast(Headers, self._decoder.decode(b"".join(parts)))
+            headers = self._hpack.decode(b"".join(parts))
         except UnicodeDecodeError:  # the table is updated before values are decoded: only this stream is lost
             headers = None
         except HPACKError as exc:
@@ -498,7 +496,7 @@ class Http2ServerConnection(asyncio.Protocol):
                     raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "SETTINGS_MAX_FRAME_SIZE out of range")
                 self._peer_max_frame = value
             elif key == f.HEADER_TABLE_SIZE:
-                self._encoder.header_table_size = min(value, 4096)
+                self._hpack.set_encoder_table_size(min(value, 4096))
             elif key == f.ENABLE_PUSH and value > 1:
                 raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "SETTINGS_ENABLE_PUSH is neither 0 nor 1")
         self._reply(f.frame(f.SETTINGS, f.ACK, 0))
@@ -554,7 +552,7 @@ class Http2ServerConnection(asyncio.Protocol):
         self.write(data)
 
     def header_frames(self, stream_id: int, headers: Headers, end_stream: bool) -> bytes:
-        block = self._encoder.encode(headers)
+        block = self._hpack.encode(headers)
         flags = f.END_STREAM if end_stream else 0
         limit = self._peer_max_frame
         if len(block) <= limit:

@@ -1,0 +1,113 @@
+"""HPACK for one connection, with the header blocks that repeat from call to call kept.
+
+Every call on a gRPC connection carries the same headers (path, content type, status). Once HPACK's
+dynamic table holds them, a block is nothing but references to the table, one byte each, and
+coding it again gives the same bytes or fields for as long as the table does not change. The
+``hpack`` package spends 5-15 µs of Python on each block either way; a kept block costs a lookup.
+
+What keeps the table still: values that differ on every call (a request id, an error message) are
+written as literals that do not enter it (RFC 7541 §6.2.2). Indexed, each would take a slot, evict
+an entry the repeated headers use, and change the table on every call.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from hpack import Decoder, Encoder
+from hpack.hpack import decode_integer, encode_integer
+
+Headers = list[tuple[str, str]]
+
+# Names whose values are new on every call: never worth a place in the table.
+UNINDEXED = frozenset({"x-request-id", "grpc-message", "traceparent", "tracestate"})
+
+# Blocks at most this long are kept, at most this many per direction: a peer cannot grow them.
+_KEPT_BLOCK_BYTES = 64
+_KEPT_BLOCKS = 32
+
+# An indexed field with an index under 127 is one byte from 0x80 to 0xFE (RFC 7541 §6.1).
+_ONE_BYTE_REFERENCES = bytes(range(0x80, 0xFF))
+
+
+def only_references(block: bytes) -> bool:
+    """Is the block only one-byte references to the tables? Decoding it then changes nothing."""
+    return not block.translate(None, _ONE_BYTE_REFERENCES)
+
+
+def changes_table(block: bytes) -> bool:
+    """May decoding ``block`` change the dynamic table (an indexed literal or a size update)?
+
+    Judged from each field's first byte (RFC 7541 §6); a block that ends mid-field says yes, and
+    the decoder that reads it next will say what is wrong with it.
+    """
+    pos, end = 0, len(block)
+    try:
+        while pos < end:
+            first = block[pos]
+            if first & 0x80:  # indexed field
+                _, used = decode_integer(block[pos:], 7)
+                pos += used
+                continue
+            if first & 0x40 or first & 0x20:  # literal with incremental indexing, or a size update
+                return True
+            index, used = decode_integer(block[pos:], 4)  # literal without indexing, or never indexed
+            pos += used
+            for _ in range(1 if index else 2):  # the value, and the name when not a table reference
+                if pos >= end:
+                    return True
+                length, used = decode_integer(block[pos:], 7)
+                pos += used + length
+        return pos != end
+    except Exception:  # hpack's integer errors: malformed, so say yes
+        return True
+
+
+def literal(name: str, value: str) -> bytes:
+    """A field as a literal without indexing, with a literal name: it leaves both tables as they are."""
+    name_bytes, value_bytes = name.encode(), value.encode()
+    return b"".join(
+        (b"\x00", encode_integer(len(name_bytes), 7), name_bytes, encode_integer(len(value_bytes), 7), value_bytes)
+    )
+
+
+class HeaderBlocks:
+    """One connection's HPACK encoder and decoder, keeping the blocks that are only references."""
+
+    def __init__(self, max_header_list_size: int | None = None) -> None:
+        self._encoder = Encoder()
+        self._decoder = Decoder() if max_header_list_size is None else Decoder(max_header_list_size)
+        self._encoded: dict[tuple[tuple[str, str], ...], bytes] = {}
+        self._decoded: dict[bytes, tuple[tuple[str, str], ...]] = {}
+
+    def set_encoder_table_size(self, size: int) -> None:
+        """The peer's SETTINGS_HEADER_TABLE_SIZE: kept blocks may refer to entries it evicts."""
+        self._encoder.header_table_size = size
+        self._encoded.clear()
+
+    def encode(self, headers: Headers) -> bytes:
+        """The fields as one block; those named in UNINDEXED go last, as literals."""
+        indexed = tuple(field for field in headers if field[0] not in UNINDEXED)
+        block = self._encoded.get(indexed)
+        if block is None:
+            block = self._encoder.encode(indexed)
+            if only_references(block):
+                if len(block) <= _KEPT_BLOCK_BYTES and len(self._encoded) < _KEPT_BLOCKS:
+                    self._encoded[indexed] = block
+            else:  # new entries shift the indexes the kept blocks use
+                self._encoded.clear()
+        if len(indexed) == len(headers):
+            return block
+        return block + b"".join(literal(name, value) for name, value in headers if name in UNINDEXED)
+
+    def decode(self, block: bytes) -> Headers:
+        """The block's fields; raises what ``hpack``'s Decoder raises."""
+        kept = self._decoded.get(block)
+        if kept is not None:
+            return list(kept)
+        if changes_table(block):
+            self._decoded.clear()
+        headers = cast(Headers, self._decoder.decode(block))  # str pairs: HeaderTuple is a tuple of str
+        if only_references(block) and len(block) <= _KEPT_BLOCK_BYTES and len(self._decoded) < _KEPT_BLOCKS:
+            self._decoded[block] = tuple(headers)
+        return headers
