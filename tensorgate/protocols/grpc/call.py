@@ -18,7 +18,6 @@ import logging
 import re
 import zlib
 from collections import deque
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,9 +259,8 @@ class Call:
                 grpc.StatusCode.INTERNAL, f"the request message could not be parsed: {type(exc).__name__}"
             ) from None
 
-    async def _requests(self) -> AsyncIterator[Any]:
-        while (message := await self._next()) is not None:
-            yield self._request(message)
+    def _requests(self) -> _Requests:
+        return _Requests(self)
 
     # -- running the handler ------------------------------------------------------------------
 
@@ -401,6 +399,23 @@ class Call:
     async def read(self) -> Any:
         message = await self._next()
         return grpc.aio.EOF if message is None else self._request(message)
+
+
+class _Requests:
+    """A client-streaming call's request messages, parsed as the handler reads them. A class, not an
+    async generator: mypyc compiles this module and has no async generators."""
+
+    def __init__(self, call: Call) -> None:
+        self._call = call
+
+    def __aiter__(self) -> _Requests:
+        return self
+
+    async def __anext__(self) -> Any:
+        message = await self._call._next()
+        if message is None:
+            raise StopAsyncIteration
+        return self._call._request(message)
 
 
 def send_status(stream: Stream, code: grpc.StatusCode, details: str, metadata: Metadata, headers_sent: bool) -> None:
