@@ -100,6 +100,28 @@ def test_a_peer_cannot_grow_the_kept_blocks() -> None:
     assert len(ours._decoded) <= 32
 
 
+@pytest.mark.parametrize("size", [0, 1, 126, 127, 128, 255, 16_383, 16_384, 70_000])
+def test_literals_of_any_length_decode_and_leave_the_table_alone(size: int) -> None:
+    """Lengths from 127 up take more than one byte (RFC 7541 §5.1)."""
+    block = literal("x-request-id", "v" * size) + literal("n" * size or "n", "w")
+    assert Decoder(max_header_list_size=200_000).decode(block) == [
+        ("x-request-id", "v" * size),
+        ("n" * size or "n", "w"),
+    ]
+    assert not changes_table(block)
+
+
+def test_references_past_126_are_read_whole() -> None:
+    """An index over 126 takes two bytes; the field after it must still be judged."""
+    table_filler = Encoder()
+    fields = [(f"name-{index}", "v") for index in range(80)]  # 80 dynamic entries: indexes up to 141
+    table_filler.encode(fields)
+    block = table_filler.encode([fields[0]])  # the oldest entry, index 141
+    assert len(block) == 2 and not only_references(block)
+    assert not changes_table(block)
+    assert changes_table(block + Encoder().encode([("new", "value")]))
+
+
 @pytest.mark.parametrize(
     ("block", "changes"),
     [

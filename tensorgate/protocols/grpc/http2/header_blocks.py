@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import cast
 
 from hpack import Decoder, Encoder
-from hpack.hpack import decode_integer, encode_integer
 
 Headers = list[tuple[str, str]]
 
@@ -46,20 +45,18 @@ def changes_table(block: bytes) -> bool:
         while pos < end:
             first = block[pos]
             if first & 0x80:  # indexed field
-                _, used = decode_integer(block[pos:], 7)
-                pos += used
+                _, pos = _integer(block, pos, 7)
                 continue
             if first & 0x40 or first & 0x20:  # literal with incremental indexing, or a size update
                 return True
-            index, used = decode_integer(block[pos:], 4)  # literal without indexing, or never indexed
-            pos += used
+            index, pos = _integer(block, pos, 4)  # literal without indexing, or never indexed
             for _ in range(1 if index else 2):  # the value, and the name when not a table reference
                 if pos >= end:
                     return True
-                length, used = decode_integer(block[pos:], 7)
-                pos += used + length
+                length, pos = _integer(block, pos, 7)
+                pos += length
         return pos != end
-    except Exception:  # hpack's integer errors: malformed, so say yes
+    except ValueError:  # an integer that never ends
         return True
 
 
@@ -67,8 +64,42 @@ def literal(name: str, value: str) -> bytes:
     """A field as a literal without indexing, with a literal name: it leaves both tables as they are."""
     name_bytes, value_bytes = name.encode(), value.encode()
     return b"".join(
-        (b"\x00", encode_integer(len(name_bytes), 7), name_bytes, encode_integer(len(value_bytes), 7), value_bytes)
+        (b"\x00", _encoded_integer(len(name_bytes)), name_bytes, _encoded_integer(len(value_bytes)), value_bytes)
     )
+
+
+# hpack's own integer coding logs each integer at debug level, which costs more than the coding.
+
+
+def _integer(block: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
+    """The integer at ``pos`` with an N-bit prefix (RFC 7541 §5.1), and the position after it."""
+    mask = (1 << prefix_bits) - 1
+    value = block[pos] & mask
+    pos += 1
+    if value < mask:
+        return value, pos
+    shift = 0
+    while pos < len(block) and shift <= 28:
+        byte = block[pos]
+        pos += 1
+        value += (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("an HPACK integer runs past its block or past 2^32")
+
+
+def _encoded_integer(value: int) -> bytes:
+    """``value`` with a 7-bit prefix and the prefix's high bit clear (a string length, no Huffman)."""
+    if value < 0x7F:
+        return bytes((value,))
+    out = bytearray((0x7F,))
+    value -= 0x7F
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 class HeaderBlocks:
