@@ -12,7 +12,7 @@ an entry the repeated headers use, and change the table on every call.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from hpack import Decoder, Encoder
 
@@ -102,6 +102,11 @@ def _encoded_integer(value: int) -> bytes:
     return bytes(out)
 
 
+def _keepable(block: bytes, kept: dict[Any, Any]) -> bool:
+    """Worth keeping: only references (so coding it again gives the same), short, and room left."""
+    return only_references(block) and len(block) <= _KEPT_BLOCK_BYTES and len(kept) < _KEPT_BLOCKS
+
+
 class HeaderBlocks:
     """One connection's HPACK encoder and decoder, keeping the blocks that are only references."""
 
@@ -122,11 +127,10 @@ class HeaderBlocks:
         block = self._encoded.get(indexed)
         if block is None:
             block = self._encoder.encode(indexed)
-            if only_references(block):
-                if len(block) <= _KEPT_BLOCK_BYTES and len(self._encoded) < _KEPT_BLOCKS:
-                    self._encoded[indexed] = block
-            else:  # new entries shift the indexes the kept blocks use
+            if changes_table(block):  # new entries shift the indexes the kept blocks use
                 self._encoded.clear()
+            elif _keepable(block, self._encoded):
+                self._encoded[indexed] = block
         if len(indexed) == len(headers):
             return block
         return block + b"".join(literal(name, value) for name, value in headers if name in UNINDEXED)
@@ -136,9 +140,9 @@ class HeaderBlocks:
         kept = self._decoded.get(block)
         if kept is not None:
             return list(kept)
-        if changes_table(block):
+        if changes_table(block):  # cleared first: the decoder may change its table and then fail
             self._decoded.clear()
         headers = cast(Headers, self._decoder.decode(block))  # str pairs: HeaderTuple is a tuple of str
-        if only_references(block) and len(block) <= _KEPT_BLOCK_BYTES and len(self._decoded) < _KEPT_BLOCKS:
+        if _keepable(block, self._decoded):
             self._decoded[block] = tuple(headers)
         return headers
