@@ -24,8 +24,9 @@ from typing import Any
 import grpc
 
 from tensorgate.errors import DEADLINE_CANCEL
-from tensorgate.protocols.grpc.http2.connection import Http2ServerConnection, Stream
+from tensorgate.protocols.grpc.http2.connection import Http2ServerConnection
 from tensorgate.protocols.grpc.http2.header_blocks import Headers
+from tensorgate.protocols.grpc.http2.stream import Stream
 from tensorgate.protocols.grpc.methods import MethodTable
 
 log = logging.getLogger(__name__)

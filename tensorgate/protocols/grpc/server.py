@@ -10,8 +10,9 @@ import asyncio
 from collections.abc import Callable
 
 from tensorgate.protocols.grpc.call import Call, CallSettings, open_call
-from tensorgate.protocols.grpc.http2.connection import Http2Limits, Http2ServerConnection, Stream
+from tensorgate.protocols.grpc.http2.connection import Http2Limits, Http2ServerConnection
 from tensorgate.protocols.grpc.http2.header_blocks import Headers
+from tensorgate.protocols.grpc.http2.stream import Stream
 from tensorgate.protocols.grpc.methods import MethodTable
 
 

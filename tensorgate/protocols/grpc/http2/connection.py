@@ -7,9 +7,8 @@ Read here, a request costs the loop what an HTTP request does. The frames are fe
 server allows the largest frame size, so a client sends a tensor in one DATA frame), and a DATA
 payload goes to its stream as it arrives, never reassembled here.
 
-What a stream's owner (the gRPC call, :mod:`tensorgate.protocols.grpc.call`) sees is
-:class:`Stream`: the received payload bytes, in order, then the end or a reset; and methods to send
-headers, data and trailers, which this connection paces by the client's flow-control windows.
+Each request stream is a :class:`~tensorgate.protocols.grpc.http2.stream.Stream`, which this
+connection paces by the client's flow-control windows.
 
 Limits a client cannot talk its way past: concurrent streams (``MAX_CONCURRENT_STREAMS``, counted
 until each call's task has ended, not only until the client resets it, so opening and resetting
@@ -21,16 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from hpack import HPACKError
 
 from tensorgate.protocols.grpc.http2 import frames as f
 from tensorgate.protocols.grpc.http2.frames import ConnectionError_, ErrorCode
 from tensorgate.protocols.grpc.http2.header_blocks import HeaderBlocks, Headers
+from tensorgate.protocols.grpc.http2.stream import Stream, StreamOwner
 
 log = logging.getLogger(__name__)
 
@@ -52,123 +50,9 @@ class Http2Limits:
     preface_timeout_s: float = 20.0
 
 
-class StreamOwner(Protocol):
-    """What receives a stream's payload: the gRPC call."""
-
-    def received(self, chunk: memoryview, end: bool) -> None: ...
-
-    def reset(self) -> None: ...
-
-
 # Called with each new stream and its request headers; returns who owns the stream, or None if the
 # stream was answered at once (a refusal, say) and needs nothing more.
-Opener = Callable[["Stream", Headers], "StreamOwner | None"]
-
-
-class Stream:
-    """One request stream: what the call sends goes through here, paced by flow control."""
-
-    __slots__ = (
-        "_conn",
-        "_drained",
-        "_pending",
-        "_unacked",
-        "id",
-        "local_ended",
-        "owner",
-        "recv_window",
-        "remote_ended",
-        "send_window",
-    )
-
-    def __init__(self, conn: Http2ServerConnection, stream_id: int, send_window: int, recv_window: int) -> None:
-        self.id = stream_id
-        self._conn = conn
-        self.owner: StreamOwner | None = None
-        self.send_window = send_window
-        self.recv_window = recv_window
-        self._pending: deque[memoryview | tuple[Headers, bool]] = deque()  # data, or (headers, end), unwritten
-        self._drained: asyncio.Future[None] | None = None
-        self.remote_ended = False
-        self.local_ended = False
-        self._unacked = 0
-
-    # -- sending ------------------------------------------------------------------------------
-
-    # With ``flush=False`` a frame waits for the next one queued, so an answer's headers, message
-    # and trailers leave in one write.
-
-    def send_headers(self, headers: Headers, end_stream: bool = False, flush: bool = True) -> None:
-        self._queue((headers, end_stream), flush, end_stream)
-
-    def send_data(self, data: bytes | memoryview, flush: bool = True) -> None:
-        if data:
-            self._queue(memoryview(data), flush, False)
-
-    def _queue(self, item: memoryview | tuple[Headers, bool], flush: bool, end: bool) -> None:
-        if self.local_ended:
-            return
-        self._pending.append(item)
-        self.local_ended = end
-        if flush:
-            self._conn.flush(self)
-
-    async def drain(self) -> None:
-        """Until everything queued is written (or the stream ends unwritten)."""
-        while self._pending and not self._conn.closed:
-            if self._drained is None or self._drained.done():
-                self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
-        await self._conn.writable()
-
-    def write_pending(self, out: list[bytes], conn_window: int, max_frame: int) -> int:
-        """Append what flow control allows to ``out``; returns the connection window spent."""
-        spent = 0
-        pending = self._pending
-        while pending:
-            data = pending[0]
-            if not isinstance(data, memoryview):
-                headers, end = data
-                out.append(self._conn.header_frames(self.id, headers, end))
-                pending.popleft()
-                continue
-            size = min(len(data), self.send_window, conn_window - spent, max_frame)
-            if size <= 0:
-                return spent
-            out.append(f.header(f.DATA, 0, self.id, size))
-            out.append(data[:size])  # type: ignore[arg-type]
-            self.send_window -= size
-            spent += size
-            if size == len(data):
-                pending.popleft()
-            else:
-                pending[0] = data[size:]
-        self.wake()
-        return spent
-
-    def wake(self) -> None:
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-
-    @property
-    def blocked(self) -> bool:
-        return bool(self._pending)
-
-    # -- receiving ----------------------------------------------------------------------------
-
-    def consumed(self, size: int) -> None:
-        """The call took ``size`` received bytes: reopen the window once half of it is used."""
-        self._unacked += size
-        if self._unacked >= self._conn.limits.stream_window // 2 and not self.remote_ended:
-            self._conn.write(f.window_update(self.id, self._unacked))
-            self.recv_window += self._unacked
-            self._unacked = 0
-
-    def reset(self, code: ErrorCode = ErrorCode.CANCEL) -> None:
-        """End the stream now (RST_STREAM), whatever is unsent."""
-        self._pending.clear()
-        self.wake()
-        self._conn.close_stream(self, code)
+Opener = Callable[[Stream, Headers], StreamOwner | None]
 
 
 class Http2ServerConnection(asyncio.Protocol):
