@@ -4,11 +4,22 @@ the uncached coder would, whatever the table does in between."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
-from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
+from hpack import Decoder, Encoder, NeverIndexedHeaderTuple, OversizedHeaderListError
+from hpack.huffman import HuffmanEncoder
+from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 
 from tensorgate.protocols.grpc.http2.header_blocks import HeaderBlocks, changes_table, literal, only_references
+
+
+def huffman_literal(name: str, value: str) -> bytes:
+    """A literal without indexing whose name and value are Huffman-coded, as grpc-core writes them."""
+    coder = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH)
+    name_bytes, value_bytes = coder.encode(name.encode()), coder.encode(value.encode())
+    return b"\x00" + bytes([0x80 | len(name_bytes)]) + name_bytes + bytes([0x80 | len(value_bytes)]) + value_bytes
+
 
 RESPONSE = [(":status", "200"), ("content-type", "application/grpc"), ("grpc-accept-encoding", "identity,gzip")]
 
@@ -91,6 +102,45 @@ def test_a_kept_block_is_not_decoded_again() -> None:
     assert ours.decode(block) == fields
     ours._decoder = None  # type: ignore[assignment]  # any further hpack decoding would fail
     assert ours.decode(block) == fields
+
+
+def test_references_then_plain_literals_are_read_without_hpack() -> None:
+    """Every call's trailers: the kept status, then the call's id as a literal (what encode() writes)."""
+    server, ours, reference = HeaderBlocks(), HeaderBlocks(), Decoder()
+    for index in range(3):
+        block = server.encode([("grpc-status", "0"), ("x-request-id", f"id-{index}")])
+        assert ours.decode(block) == reference.decode(block) == [("grpc-status", "0"), ("x-request-id", f"id-{index}")]
+    ours._decoder = None  # type: ignore[assignment]  # any further hpack decoding would fail
+    block = server.encode([("grpc-status", "0"), ("x-request-id", "id-3"), ("grpc-message", "é" * 200)])
+    assert ours.decode(block) == [("grpc-status", "0"), ("x-request-id", "id-3"), ("grpc-message", "é" * 200)]
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        Encoder().encode([NeverIndexedHeaderTuple("a", "b")]),  # never indexed: hpack's to read
+        huffman_literal("x-request-id", "abc"),  # Huffman-coded strings
+        literal("x", "y")[:-1],  # its value runs past the end
+        literal("name", "value")[:4],  # ends inside its name
+        b"\x00\x01\xff\x01v",  # a name that is not UTF-8
+        literal("x-request-id", "v") + b"\x40\x01a\x01b",  # then a literal that enters the table
+    ],
+)
+def test_any_other_tail_decodes_as_hpack_decodes_it(tail: bytes) -> None:
+    def outcome(decode: Callable[[bytes], object]) -> object:
+        try:
+            return decode(b"\x88" + tail)
+        except Exception as exc:
+            return type(exc)
+
+    assert outcome(HeaderBlocks().decode) == outcome(Decoder().decode)
+
+
+def test_plain_literals_still_count_against_the_header_list_limit() -> None:
+    block = b"\x88" + literal("x-request-id", "v" * 300)
+    with pytest.raises(OversizedHeaderListError):
+        HeaderBlocks(max_header_list_size=256).decode(block)
+    assert HeaderBlocks(max_header_list_size=400).decode(block) == [(":status", "200"), ("x-request-id", "v" * 300)]
 
 
 def test_a_peer_cannot_grow_the_kept_blocks() -> None:

@@ -102,6 +102,44 @@ def _encoded_integer(value: int) -> bytes:
     return bytes(out)
 
 
+def _references_end(block: bytes) -> int:
+    """Where the block's leading one-byte references end."""
+    for pos, byte in enumerate(block):
+        if not 0x80 <= byte <= 0xFE:
+            return pos
+    return len(block)
+
+
+def _plain_literals(block: bytes, pos: int) -> Headers | None:
+    """The fields from ``pos`` on when each is what :func:`literal` writes (a literal without
+    indexing, its name and value raw strings); None for anything else, which ``hpack`` decodes."""
+    fields: Headers = []
+    end = len(block)
+    try:
+        while pos < end:
+            if block[pos] != 0:
+                return None
+            pos += 1
+            strings: list[str] = []
+            for _ in range(2):  # the name, then the value
+                if pos >= end or block[pos] & 0x80:  # past the end, or Huffman-coded
+                    return None
+                length, pos = _integer(block, pos, 7)
+                if pos + length > end:
+                    return None
+                strings.append(block[pos : pos + length].decode())
+                pos += length
+            fields.append((strings[0], strings[1]))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return fields
+
+
+def _list_size(headers: Headers) -> int:
+    """A header list's size as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 7540 §6.5.2)."""
+    return sum(len(name.encode()) + len(value.encode()) + 32 for name, value in headers)
+
+
 def _keepable(block: bytes, kept: dict[Any, Any]) -> bool:
     """Worth keeping: only references (so coding it again gives the same), short, and room left."""
     return only_references(block) and len(block) <= _KEPT_BLOCK_BYTES and len(kept) < _KEPT_BLOCKS
@@ -113,6 +151,7 @@ class HeaderBlocks:
     def __init__(self, max_header_list_size: int | None = None) -> None:
         self._encoder = Encoder()
         self._decoder = Decoder() if max_header_list_size is None else Decoder(max_header_list_size)
+        self._max_list_size: int = self._decoder.max_header_list_size
         self._encoded: dict[tuple[tuple[str, str], ...], bytes] = {}
         self._decoded: dict[bytes, tuple[tuple[str, str], ...]] = {}
 
@@ -140,6 +179,15 @@ class HeaderBlocks:
         kept = self._decoded.get(block)
         if kept is not None:
             return list(kept)
+        # Kept references, then per-call values as plain literals (what encode() writes, a request
+        # id in every call's trailers): the literals are read here and the references looked up.
+        split = _references_end(block)
+        if 0 < split < len(block) and split <= _KEPT_BLOCK_BYTES:
+            literals = _plain_literals(block, split)
+            if literals is not None:
+                headers = self.decode(block[:split]) + literals
+                if _list_size(headers) <= self._max_list_size:
+                    return headers
         if changes_table(block):  # cleared first: the decoder may change its table and then fail
             self._decoded.clear()
         headers = cast(Headers, self._decoder.decode(block))  # str pairs: HeaderTuple is a tuple of str
