@@ -101,6 +101,21 @@ class Measured:
     wall_s: float
     server_view: dict[str, Any] | None = None  # from /metrics: mean batch, queue, compute, outcomes
     window_s: float = float("nan")  # the span the CPU columns cover: warm-up and counted run
+    loop_cores: float = float("nan")  # the server's main thread, which runs the event loop
+    idle_cores: float = float("nan")  # the host's idle time, all CPUs together
+
+
+@dataclass(frozen=True)
+class Cores:
+    """Mean cores (CPU seconds per wall second) over a client's load phase."""
+
+    client: float
+    server: float  # every thread of the server process tree
+    loop: float  # the server's main thread: the event loop
+    idle: float  # the host's CPUs, idle
+
+
+_NO_CORES = Cores(float("nan"), float("nan"), float("nan"), float("nan"))
 
 
 class CpuSampler:
@@ -119,7 +134,8 @@ class CpuSampler:
         self._servers = [psutil.Process(pid) for pid in (server, *others)]
         self._me = psutil.Process()
         self._seen: dict[int, tuple[psutil.Process, float]] = {}
-        self._samples: list[tuple[float, float, float, bool]] = []  # (t, client s, server s, client alive)
+        # (t, client s, server s, server main thread s, host idle s, client alive)
+        self._samples: list[tuple[float, float, float, float, float, bool]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -136,9 +152,18 @@ class CpuSampler:
         times = process.cpu_times()
         return float(times.user + times.system)
 
+    def _main_thread_s(self) -> float:
+        server = self._servers[0]
+        try:
+            return next(float(t.user_time + t.system_time) for t in server.threads() if t.id == server.pid)
+        except (psutil.Error, StopIteration):
+            return float("nan")
+
     def _sample(self) -> None:
         server_pids: set[int] = set()
         server_s = 0.0
+        loop_s = self._main_thread_s()
+        idle_s = float(psutil.cpu_times().idle)
         for index, server in enumerate(self._servers):
             try:
                 tree = [server, *server.children(recursive=True)]
@@ -166,24 +191,25 @@ class CpuSampler:
             except psutil.Error:
                 pass  # gone: its last reading stays in _seen
         client_s = sum(cpu for _, cpu in self._seen.values())
-        self._samples.append((time.perf_counter(), client_s, server_s, alive))
+        self._samples.append((time.perf_counter(), client_s, server_s, loop_s, idle_s, alive))
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._sample()
             self._stop.wait(self.PERIOD_S)
 
-    def cores(self, window_s: float) -> tuple[float, float]:
-        """(client, server) mean cores over the client's last ``window_s`` seconds alive."""
-        alive = [sample for sample in self._samples if sample[3]]
+    def cores(self, window_s: float) -> Cores:
+        """Mean cores over the client's last ``window_s`` seconds alive."""
+        alive = [sample for sample in self._samples if sample[5]]
         if len(alive) < 2:
-            return float("nan"), float("nan")
+            return _NO_CORES
         end = alive[-1]
         begin = min(alive, key=lambda sample: abs(sample[0] - (end[0] - window_s)))
         span = end[0] - begin[0]
         if span <= 0:
-            return float("nan"), float("nan")
-        return (end[1] - begin[1]) / span, (end[2] - begin[2]) / span
+            return _NO_CORES
+        client, server, loop, idle = ((end[i] - begin[i]) / span for i in range(1, 5))
+        return Cores(client, server, loop, idle)
 
 
 def tensorgate_bench(
@@ -234,9 +260,9 @@ def tensorgate_bench(
     good = run_json["successes"] / run_json["elapsed_s"] if run_json["elapsed_s"] else float("nan")
     errors = sum(run_json["errors"].values())
     window = WARMUP_S + run_json["elapsed_s"]
-    client, served = sampler.cores(window)
+    used = sampler.cores(window)
     result = Result(label, good, ms("p50"), ms("p90"), ms("p99"), errors)
-    return Measured(result, client, served, wall, run_json.get("server"), window)
+    return Measured(result, used.client, used.server, wall, run_json.get("server"), window, used.loop, used.idle)
 
 
 def cores(value: float) -> str:
@@ -271,13 +297,30 @@ def server_view_row(m: Measured) -> str:
     )
 
 
+def cpu_row(name: str, runs: Sequence[Measured]) -> str:
+    total = os.cpu_count() or 1
+
+    def med(values: Sequence[float]) -> str:
+        return cores(statistics.median(values))
+
+    model = [m.server_cores - m.loop_cores for m in runs]
+    rest = [total - m.server_cores - m.client_cores - m.idle_cores for m in runs]
+    return (
+        f"| {name} | {med(model)} | {med([m.loop_cores for m in runs])} | {med([m.client_cores for m in runs])} "
+        f"| {med([m.idle_cores for m in runs])} | {med(rest)} |"
+    )
+
+
 def verdict(ok: bool) -> str:
     return "**met**" if ok else "**not met**"
 
 
 def median_interval(values: Sequence[float], level: float = 0.90, resamples: int = 4000) -> tuple[float, float]:
     """A percentile-bootstrap interval for the median of ``values``: where the median of as many runs
-    would fall on other draws of this host's noise. Seeded, so a report reproduces from its runs."""
+    would fall on other draws of this host's noise. Seeded, so a report reproduces from its runs.
+    NaN for fewer than three runs, whose resamples say nothing."""
+    if len(values) < 3:
+        return float("nan"), float("nan")
     data = np.asarray(values, dtype=np.float64)
     draws = np.random.default_rng(0).choice(data, size=(resamples, len(data)))
     tail = (1 - level) / 2 * 100
@@ -285,18 +328,23 @@ def median_interval(values: Sequence[float], level: float = 0.90, resamples: int
     return float(low), float(high)
 
 
+def span(interval: tuple[float, float]) -> str:
+    low, high = interval
+    return "-" if low != low else f"{low:.2f}-{high:.2f}"
+
+
 def bar_line(name: str, ratio: float, interval: tuple[float, float], bar: float) -> str:
     low, high = interval
+    head = f"- {name}: **{ratio:.2f}** of the ceiling (bar >= {bar:.2f}): {verdict(ratio >= bar)}"
+    if low != low:
+        return f"{head} (too few rounds for an interval)."
     if low >= bar:
         reading = "the whole interval clears the bar"
     elif high < bar:
         reading = "the whole interval falls short of it"
     else:
         reading = "the interval straddles the bar: these runs cannot tell a pass from a miss"
-    return (
-        f"- {name}: **{ratio:.2f}** of the ceiling (bar >= {bar:.2f}): {verdict(ratio >= bar)}; "
-        f"90 % interval of the median {low:.2f}-{high:.2f}, {reading}."
-    )
+    return f"{head}; 90 % interval of the median {low:.2f}-{high:.2f}, {reading}."
 
 
 PROTOCOLS = {
@@ -334,7 +382,7 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
 
     summary = [
         f"| {PROTOCOLS[p]} | {med(p, 'rps'):.1f} | {med(p, 'p50_ms'):.1f} | {med(p, 'p90_ms'):.1f} "
-        f"| {med(p, 'p99_ms'):.1f} | **{ratio[p]:.2f}** | {interval[p][0]:.2f}-{interval[p][1]:.2f} |"
+        f"| {med(p, 'p99_ms'):.1f} | **{ratio[p]:.2f}** | {span(interval[p])} |"
         for p in PROTOCOLS
     ]
     every = [m for _, m, _ in runs]
@@ -372,6 +420,15 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
         "| run | mean batch size | mean queue ms | mean compute ms |",
         "|---|---:|---:|---:|",
         *[server_view_row(m) for m in every],
+        "",
+        f"Where this host's {os.cpu_count()} CPUs went during the same runs (cores, medians over the rounds): "
+        "the server's threads other than its main one (the model instances), its main thread (the event "
+        "loop), the client, idle, and the rest (other processes, the kernel's own threads, this script). "
+        "The model can only have what the others leave it.",
+        "",
+        "| protocol | model threads | event loop | client | idle | rest |",
+        "|---|---:|---:|---:|---:|---:|",
+        *[cpu_row(PROTOCOLS[p], [m for q, m, _ in runs if q == p]) for p in PROTOCOLS],
         "",
         bar_line("gRPC", ratio["grpc"], interval["grpc"], 0.90),
         f"- gRPC over one kept stream per client (`ModelStreamInfer`, as tritonclient's `async_stream_infer` "
@@ -507,8 +564,8 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
                 with CpuSampler(server.process.pid, others) as sampler:  # type: ignore[union-attr]
                     result = hey(f"{server.url}/v2/models/mlp/infer", body, 64, seconds, label=label)
                 wall = time.perf_counter() - started
-                client, served = sampler.cores(seconds)
-                block[name].append(Measured(result, client, served, wall))
+                used = sampler.cores(seconds)
+                block[name].append(Measured(result, used.client, used.server, wall))
                 runs[name].append(block[name][-1])
             rps = {name: sum(m.result.rps for m in ms) for name, ms in block.items()}
             cpu = {name: sum(m.server_cores / m.result.rps for m in ms) for name, ms in block.items()}
