@@ -81,6 +81,8 @@ OBSERVABILITY_RUN_S = 1.0
 # with 36, 2-3 % on this host (block sd 9-15 % across today's runs), where 12 three-second blocks left about 4 %.
 OBSERVABILITY_BLOCKS = 36
 OBSERVABILITY_BLOCKS_QUICK = 8
+# CPU sampling period in those one-second runs (both configurations pay its cost alike).
+OBSERVABILITY_SAMPLE_S = 0.1
 
 # hey, not `tensorgate bench`, drives the MLP: on this 2-core machine hey reached ~1.5x the req/s
 # of `tensorgate bench` at 64 connections (benchmarks/out/bench_client_vs_hey.md), and the
@@ -119,7 +121,7 @@ _NO_CORES = Cores(float("nan"), float("nan"), float("nan"), float("nan"))
 
 
 class CpuSampler:
-    """Polls, every 0.1 s, the CPU seconds of a server and of every other child of this process.
+    """Polls, every 0.5 s, the CPU seconds of a server and of every other child of this process.
 
     Any child process that is not a server (``server`` or ``others``, or one of their own
     children) counts as the client, and only ``server``'s tree as the server, so the helpers that
@@ -128,9 +130,13 @@ class CpuSampler:
     phase, without its start-up).
     """
 
-    PERIOD_S = 0.1
+    # Each poll walks /proc for the process trees: every 0.1 s that took 0.038 cores of this
+    # script's CPU (measured), ~2 % of the host taken from the server it measures and not from the
+    # in-process ceiling; every 0.5 s, 0.006. One-second runs still need the finer period.
+    PERIOD_S = 0.5
 
-    def __init__(self, server: int, others: Sequence[int] = ()) -> None:
+    def __init__(self, server: int, others: Sequence[int] = (), period_s: float = PERIOD_S) -> None:
+        self._period_s = period_s
         self._servers = [psutil.Process(pid) for pid in (server, *others)]
         self._me = psutil.Process()
         self._seen: dict[int, tuple[psutil.Process, float]] = {}
@@ -196,7 +202,7 @@ class CpuSampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._sample()
-            self._stop.wait(self.PERIOD_S)
+            self._stop.wait(self._period_s)
 
     def cores(self, window_s: float) -> Cores:
         """Mean cores over the client's last ``window_s`` seconds alive."""
@@ -335,7 +341,7 @@ def span(interval: tuple[float, float]) -> str:
 
 def bar_line(name: str, ratio: float, interval: tuple[float, float], bar: float) -> str:
     low, high = interval
-    head = f"- {name}: **{ratio:.2f}** of the ceiling (bar >= {bar:.2f}): {verdict(ratio >= bar)}"
+    head = f"- {name}: **{ratio:.3f}** of the ceiling (bar >= {bar:.2f}): {verdict(ratio >= bar)}"
     if low != low:
         return f"{head} (too few rounds for an interval)."
     if low >= bar:
@@ -397,7 +403,7 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
         f"in-process ceiling measured right before and right after it ({CEILING_S:g} s per arrangement; the "
         "arrangement with the highest median in the ceiling table). Throughput counts successful requests "
         "(1 image each). CPU columns: CPU seconds per wall second over the client's load phase (warm-up "
-        "and counted run, sampled every 0.1 s).",
+        f"and counted run, sampled every {CpuSampler.PERIOD_S:g} s).",
         "",
         header("images/s"),
         *table,
@@ -561,7 +567,8 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
                 label = f"block {index + 1}, run {turn + 1}, everything {name}"
                 started = time.perf_counter()
                 others = [pid for pid in pids if pid != server.process.pid]  # type: ignore[union-attr]
-                with CpuSampler(server.process.pid, others) as sampler:  # type: ignore[union-attr]
+                sampler = CpuSampler(server.process.pid, others, period_s=OBSERVABILITY_SAMPLE_S)  # type: ignore[union-attr]
+                with sampler:
                     result = hey(f"{server.url}/v2/models/mlp/infer", body, 64, seconds, label=label)
                 wall = time.perf_counter() - started
                 used = sampler.cores(seconds)
@@ -604,7 +611,7 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
         "blocks, the CPU alternating (on this host a loop on CPU 1 served ~5 % more than one on CPU 0). One "
         "row per block: each configuration's mean req/s over its two runs, the cost in req/s (1 - on/off) "
         "and in the server's CPU seconds per request (on/off - 1, each server's own CPU sampled every "
-        "0.1 s over its runs), and errors over the four runs.",
+        f"{OBSERVABILITY_SAMPLE_S:g} s over its runs), and errors over the four runs.",
         "",
         "| block | loop CPU | order | on req/s | off req/s | cost (req/s) | cost (CPU/request) | errors |",
         "|---:|---:|---|---:|---:|---:|---:|---:|",
