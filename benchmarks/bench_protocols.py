@@ -382,13 +382,19 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
     ratios = {p: [m.result.rps / ceiling.of(bracket) for q, m, bracket in runs if q == p] for p in PROTOCOLS}
     ratio = {p: statistics.median(values) for p, values in ratios.items()}
     interval = {p: median_interval(values) for p, values in ratios.items()}
+    # Against the served arrangement run in-process: what serving itself costs, whatever the
+    # arrangement gives up against the best one.
+    of_served = {
+        p: statistics.median(m.result.rps / ceiling.of(bracket, "served") for q, m, bracket in runs if q == p)
+        for p in PROTOCOLS
+    }
 
     def med(protocol: str, key: str) -> float:
         return statistics.median(getattr(m.result, key) for q, m, _ in runs if q == protocol)
 
     summary = [
         f"| {PROTOCOLS[p]} | {med(p, 'rps'):.1f} | {med(p, 'p50_ms'):.1f} | {med(p, 'p90_ms'):.1f} "
-        f"| {med(p, 'p99_ms'):.1f} | **{ratio[p]:.2f}** | {span(interval[p])} |"
+        f"| {med(p, 'p99_ms'):.1f} | **{ratio[p]:.2f}** | {span(interval[p])} | {of_served[p]:.2f} |"
         for p in PROTOCOLS
     ]
     every = [m for _, m, _ in runs]
@@ -409,10 +415,12 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
         *table,
         "",
         f"Medians over the {rounds} round(s) (the ratio is the median of the per-run ratios; beside it, a "
-        "90 % bootstrap interval for that median, from the same runs):",
+        "90 % bootstrap interval for that median, from the same runs; last, the same runs against the "
+        "served arrangement run in-process, two pinned single-thread sessions at batch 1: what serving "
+        "costs, apart from what that arrangement gives up against the best one):",
         "",
-        "| protocol | images/s | P50 ms | P90 ms | P99 ms | of ceiling | 90 % interval |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| protocol | images/s | P50 ms | P90 ms | P99 ms | of ceiling | 90 % interval | of served arrangement |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         *summary,
         "",
         "The in-process ceiling (images/s), in the order measured:",
