@@ -44,8 +44,9 @@ T = TypeVar("T")
 # of 12 alternating runs each). Pinning the ceiling's own two-session loop made no difference there
 # (5 alternating pairs: 68.5 pinned, 73.0 free, images/s), so the ceiling keeps the free loop.
 _CPUS = sorted(os.sched_getaffinity(0))
+_SERVED_CPUS = (_CPUS[0], _CPUS[-1])  # one per instance
 RESNET_INSTANCES = {
-    "instance_group": [{"count": 2, "cpus": [[_CPUS[0]], [_CPUS[-1]]]}],
+    "instance_group": [{"count": len(_SERVED_CPUS), "cpus": [[cpu] for cpu in _SERVED_CPUS]}],
     "onnxruntime": {"intra_op_threads": 1},
 }
 
@@ -143,7 +144,7 @@ class Ceiling:
 
         def loop(index: int, deadline: float) -> None:
             if pinned:
-                os.sched_setaffinity(0, {_CPUS[index % len(_CPUS)]})  # 0: this thread only
+                os.sched_setaffinity(0, {_SERVED_CPUS[index]})  # 0: this thread only
             while time.perf_counter() < deadline:
                 sessions[index].run(None, {"input": batch})
                 counts[index] += len(batch)

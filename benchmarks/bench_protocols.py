@@ -93,20 +93,6 @@ COUNTED_REQUESTS = 2944
 COUNTED_RUNS = 2
 
 
-@dataclass
-class Measured:
-    """One load run plus the CPU the client and the server used while it lasted."""
-
-    result: Result
-    client_cores: float
-    server_cores: float
-    wall_s: float
-    server_view: dict[str, Any] | None = None  # from /metrics: mean batch, queue, compute, outcomes
-    window_s: float = float("nan")  # the span the CPU columns cover: warm-up and counted run
-    loop_cores: float = float("nan")  # the server's main thread, which runs the event loop
-    idle_cores: float = float("nan")  # the host's idle time, all CPUs together
-
-
 @dataclass(frozen=True)
 class Cores:
     """Mean cores (CPU seconds per wall second) over a client's load phase."""
@@ -118,6 +104,17 @@ class Cores:
 
 
 _NO_CORES = Cores(float("nan"), float("nan"), float("nan"), float("nan"))
+
+
+@dataclass
+class Measured:
+    """One load run plus the CPU the client and the server used while it lasted."""
+
+    result: Result
+    cores: Cores
+    wall_s: float
+    server_view: dict[str, Any] | None = None  # from /metrics: mean batch, queue, compute, outcomes
+    window_s: float = float("nan")  # the span the CPU columns cover: warm-up and counted run
 
 
 class CpuSampler:
@@ -266,9 +263,8 @@ def tensorgate_bench(
     good = run_json["successes"] / run_json["elapsed_s"] if run_json["elapsed_s"] else float("nan")
     errors = sum(run_json["errors"].values())
     window = WARMUP_S + run_json["elapsed_s"]
-    used = sampler.cores(window)
     result = Result(label, good, ms("p50"), ms("p90"), ms("p99"), errors)
-    return Measured(result, used.client, used.server, wall, run_json.get("server"), window, used.loop, used.idle)
+    return Measured(result, sampler.cores(window), wall, run_json.get("server"), window)
 
 
 def cores(value: float) -> str:
@@ -279,7 +275,7 @@ def row(m: Measured, ceiling: float) -> str:
     result = m.result
     return (
         f"| {result.label} | {result.rps:,.1f} | {result.p50_ms:.2f} | {result.p90_ms:.2f} | {result.p99_ms:.2f} "
-        f"| {result.errors} | {result.rps / ceiling:.2f} | {cores(m.client_cores)} | {cores(m.server_cores)} |"
+        f"| {result.errors} | {result.rps / ceiling:.2f} | {cores(m.cores.client)} | {cores(m.cores.server)} |"
     )
 
 
@@ -309,11 +305,11 @@ def cpu_row(name: str, runs: Sequence[Measured]) -> str:
     def med(values: Sequence[float]) -> str:
         return cores(statistics.median(values))
 
-    model = [m.server_cores - m.loop_cores for m in runs]
-    rest = [total - m.server_cores - m.client_cores - m.idle_cores for m in runs]
+    model = [m.cores.server - m.cores.loop for m in runs]
+    rest = [total - m.cores.server - m.cores.client - m.cores.idle for m in runs]
     return (
-        f"| {name} | {med(model)} | {med([m.loop_cores for m in runs])} | {med([m.client_cores for m in runs])} "
-        f"| {med([m.idle_cores for m in runs])} | {med(rest)} |"
+        f"| {name} | {med(model)} | {med([m.cores.loop for m in runs])} | {med([m.cores.client for m in runs])} "
+        f"| {med([m.cores.idle for m in runs])} | {med(rest)} |"
     )
 
 
@@ -451,8 +447,8 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
         bar_line("HTTP binary", ratio["v2-binary"], interval["v2-binary"], 0.90),
         f"- HTTP JSON: {ratio['v2-json']:.2f} of the ceiling (issue 3's bar >= 0.65: "
         f"{verdict(ratio['v2-json'] >= 0.65)}).",
-        f"- Client CPU peaked at {max(m.client_cores for m in every):.2f} cores of {os.cpu_count()}; the "
-        f"server used at most {max(m.server_cores for m in every):.2f}. The client shares the machine with the "
+        f"- Client CPU peaked at {max(m.cores.client for m in every):.2f} cores of {os.cpu_count()}; the "
+        f"server used at most {max(m.cores.server for m in every):.2f}. The client shares the machine with the "
         "server, so every core it takes is one the model does not get.",
         "",
     ]
@@ -485,7 +481,7 @@ def cost_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> N
         return cores * measured.window_s / answered * 1e6 if answered else float("nan")
 
     def med(protocol: str, side: str) -> float:
-        return statistics.median(per_request(m, getattr(m, f"{side}_cores")) for m in runs[protocol])
+        return statistics.median(per_request(m, getattr(m.cores, side)) for m in runs[protocol])
 
     def both(protocol: str) -> float:
         return med(protocol, "server") + med(protocol, "client")
@@ -579,11 +575,10 @@ def mlp_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> No
                 with sampler:
                     result = hey(f"{server.url}/v2/models/mlp/infer", body, 64, seconds, label=label)
                 wall = time.perf_counter() - started
-                used = sampler.cores(seconds)
-                block[name].append(Measured(result, used.client, used.server, wall))
+                block[name].append(Measured(result, sampler.cores(seconds), wall))
                 runs[name].append(block[name][-1])
             rps = {name: sum(m.result.rps for m in ms) for name, ms in block.items()}
-            cpu = {name: sum(m.server_cores / m.result.rps for m in ms) for name, ms in block.items()}
+            cpu = {name: sum(m.cores.server / m.result.rps for m in ms) for name, ms in block.items()}
             pair_ratios.append(rps["on"] / rps["off"])
             pair_cpu.append(cpu["on"] / cpu["off"])
             errors = sum(m.result.errors for ms in block.values() for m in ms)

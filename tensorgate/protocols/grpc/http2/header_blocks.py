@@ -104,10 +104,7 @@ def _encoded_integer(value: int) -> bytes:
 
 def _references_end(block: bytes) -> int:
     """Where the block's leading one-byte references end."""
-    for pos, byte in enumerate(block):
-        if not 0x80 <= byte <= 0xFE:
-            return pos
-    return len(block)
+    return len(block) - len(block.lstrip(_ONE_BYTE_REFERENCES))
 
 
 def _plain_literals(block: bytes, pos: int) -> Headers | None:
