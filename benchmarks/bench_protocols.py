@@ -299,6 +299,13 @@ def server_view_row(m: Measured) -> str:
     )
 
 
+def per_request(measured: Measured, cores: float) -> float:
+    """Microseconds of CPU per request the server answered over the CPU window (warm-up included,
+    as in the CPU figures: the counted rate alone would miss the warm-up's requests)."""
+    answered = ((measured.server_view or {}).get("requests_by_outcome") or {}).get("success", 0)
+    return cores * measured.window_s / answered * 1e6 if answered else float("nan")
+
+
 def cpu_row(name: str, runs: Sequence[Measured]) -> str:
     total = os.cpu_count() or 1
 
@@ -307,9 +314,10 @@ def cpu_row(name: str, runs: Sequence[Measured]) -> str:
 
     model = [m.cores.server - m.cores.loop for m in runs]
     rest = [total - m.cores.server - m.cores.client - m.cores.idle for m in runs]
+    loop_us = statistics.median(per_request(m, m.cores.loop) for m in runs)
     return (
         f"| {name} | {med(model)} | {med([m.cores.loop for m in runs])} | {med([m.cores.client for m in runs])} "
-        f"| {med([m.cores.idle for m in runs])} | {med(rest)} |"
+        f"| {med([m.cores.idle for m in runs])} | {med(rest)} | {loop_us:,.0f} |"
     )
 
 
@@ -434,10 +442,12 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
         f"Where this host's {os.cpu_count()} CPUs went during the same runs (cores, medians over the rounds): "
         "the server's threads other than its main one (the model instances), its main thread (the event "
         "loop), the client, idle, and the rest (other processes, the kernel's own threads, this script). "
-        "The model can only have what the others leave it.",
+        "The model can only have what the others leave it. Last, the event loop's CPU per request "
+        "answered, under this load: section 2 measures the same at 100 requests/s on an otherwise idle "
+        "host, where waking threads from idle adds to it.",
         "",
-        "| protocol | model threads | event loop | client | idle | rest |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| protocol | model threads | event loop | client | idle | rest | event loop us/request |",
+        "|---|---:|---:|---:|---:|---:|---:|",
         *[cpu_row(PROTOCOLS[p], [m for q, m, _ in runs if q == p]) for p in PROTOCOLS],
         "",
         bar_line("gRPC", ratio["grpc"], interval["grpc"], 0.90),
@@ -474,12 +484,6 @@ def cost_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> N
                 load = ("--rate", str(COST_RATE))
                 runs[protocol].append(tensorgate_bench(server, protocol, "resnet_stub", load, seconds, label))
 
-    def per_request(measured: Measured, cores: float) -> float:
-        """Microseconds of CPU per request the server answered over the CPU window (warm-up included,
-        as in the CPU figures: the counted rate alone would miss the warm-up's requests)."""
-        answered = ((measured.server_view or {}).get("requests_by_outcome") or {}).get("success", 0)
-        return cores * measured.window_s / answered * 1e6 if answered else float("nan")
-
     def med(protocol: str, side: str) -> float:
         return statistics.median(per_request(m, getattr(m.cores, side)) for m in runs[protocol])
 
@@ -507,7 +511,10 @@ def cost_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> N
         f"Each protocol driven open-loop by `tensorgate bench --rate {COST_RATE} -z {seconds:g}s`, about "
         f"the rate of the ResNet-18 runs, {rounds} round(s), order rotated; CPU seconds of the server "
         "(every thread: the event loop's, the model's) and of the client over the run, per "
-        "request served. Medians over the rounds.",
+        "request served. Medians over the rounds. At this rate the CPUs are idle most of the time, so "
+        "each request also pays for waking the event loop, the model's thread and the client from idle, "
+        "which is dear on a virtual machine; under the ResNet load the CPUs never idle, and what the "
+        "event loop spends per request there is the last column of the CPU table above.",
         "",
         "| protocol | requests/s | server CPU us/request | client CPU us/request | both | vs HTTP binary |",
         "|---|---:|---:|---:|---:|---:|",
