@@ -119,9 +119,9 @@ class Ceiling:
         chosen = [getattr(s, name) for s in self.samples]
         return [
             "| # | " + " | ".join(ARRANGEMENTS.values()) + " |",
-            "|---:|---:|---:|---:|---:|",
+            "|---:|" + "---:|" * len(ARRANGEMENTS),
             *[
-                f"| {i} | {c.batch1:.1f} | {c.batch8:.1f} | {c.pair8:.1f} | {c.served:.1f} |"
+                f"| {i} | " + " | ".join(f"{getattr(c, name):.1f}" for name in ARRANGEMENTS) + " |"
                 for i, c in enumerate(self.samples, start=1)
             ],
             "",
