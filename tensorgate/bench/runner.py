@@ -4,8 +4,10 @@ Closed loop (``-c N``): N workers each send a request, wait for the answer, and 
 throughput is whatever the server sustains at that concurrency. Open loop (``--rate R``):
 requests are due at Poisson arrival times whether or not earlier ones have answered, and
 latency is measured from the *due* time, so a server that falls behind is charged for the
-queueing it causes (no coordinated omission). In both, requests that start during warm-up are
-sent but not counted, and the run stops at ``-z`` seconds or after ``-n`` counted requests.
+queueing it causes (no coordinated omission). The run stops at ``-z`` seconds or after ``-n``
+counted requests. A closed loop that runs for a duration counts what completes between the end of
+warm-up and the end of the run, as perf_analyzer does (see ``Recorder``); otherwise the requests
+that start after warm-up count, every one of them waited for (an open loop's backlog included).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class _Run:
         self.started = clock.now()
         self.window_start = self.started + spec.warmup_s
         self.stop_at = None if spec.duration_s is None else self.window_start + spec.duration_s
-        self.recorder = Recorder(self.window_start)
+        by_completion = spec.concurrency is not None and spec.requests is None
+        self.recorder = Recorder(self.window_start, self.stop_at if by_completion else None)
         self.counted_budget = spec.requests
         self.indices = itertools.count()
         self.inflight: dict[asyncio.Task[Any], float] = {}  # call -> when it times out
@@ -95,8 +98,7 @@ class _Run:
             outcome = Outcome("connection error")
         finally:
             del self.inflight[task]
-        if counted:
-            self.recorder.add(due, self.clock.now(), outcome)
+        self.recorder.add(due, self.clock.now(), outcome, counted)
 
     async def watchdog(self) -> None:
         """Cancel calls past their timeout.

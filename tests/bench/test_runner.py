@@ -11,7 +11,7 @@ from tensorgate.bench.job import Job
 from tensorgate.bench.parallel import share, split
 from tensorgate.bench.runner import LoadSpec, run_load
 from tensorgate.bench.targets.base import Endpoint, Outcome
-from tensorgate.clock import MonotonicClock
+from tensorgate.clock import ManualClock, MonotonicClock
 
 
 class FakeTarget:
@@ -66,6 +66,57 @@ def test_duration_bounds_the_run() -> None:
     result = asyncio.run(run_load(FakeTarget(), LoadSpec(concurrency=2, duration_s=0.2), MonotonicClock()))
     assert result.completed > 0
     assert 0.19 <= result.elapsed_s < 5.0  # the end is bounded; the upper limit only guards a hang
+
+
+class SteppedTarget:
+    """One request at a time, each taking ``service_s`` of a manual clock; ``fail_calls`` fail."""
+
+    def __init__(self, clock: ManualClock, service_s: float, fail_calls: frozenset[int] = frozenset()) -> None:
+        self.clock = clock
+        self.service_s = service_s
+        self.fail_calls = fail_calls
+        self.ends: list[float] = []
+
+    async def call(self, index: int) -> Outcome:
+        await asyncio.sleep(0)
+        self.clock.advance(self.service_s)
+        self.ends.append(self.clock.now())
+        return Outcome("http 503") if len(self.ends) in self.fail_calls else Outcome(token_times=[])
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_closed_loop_for_a_duration_counts_what_completes_inside_the_window() -> None:
+    """Calls of 0.25 s from t=0; warm-up to 0.375, window to 1.375. Calls end at 0.25 (warm-up),
+    0.5 (started in warm-up, ends inside: counts), 0.75, 1.0, 1.25, and 1.5 (started inside, ends
+    after: cut off). Four in a window of exactly 1 s: the model's 4 calls/s, where counting by start
+    over a window stretched to the last answer would give 4 / 1.125 s."""
+    clock = ManualClock(start=1000.0)
+    target = SteppedTarget(clock, 0.25)
+    spec = LoadSpec(concurrency=1, duration_s=1.0, warmup_s=0.375)
+    result = asyncio.run(run_load(target, spec, clock))
+    assert target.ends == [1000.25, 1000.5, 1000.75, 1001.0, 1001.25, 1001.5]
+    assert result.completed == result.successes == 4
+    assert result.elapsed_s == 1.0
+    assert result.throughput == 4.0
+    assert result.latencies == [0.25] * 4
+
+
+def test_a_failure_the_window_cuts_off_is_still_counted() -> None:
+    clock = ManualClock(start=1000.0)
+    target = SteppedTarget(clock, 0.25, fail_calls=frozenset({1, 6}))  # in warm-up; cut off by the end
+    result = asyncio.run(run_load(target, LoadSpec(concurrency=1, duration_s=1.0, warmup_s=0.375), clock))
+    assert result.successes == 4
+    assert result.errors == {"http 503": 1}
+    assert result.elapsed_s == 1.0
+
+
+def test_with_a_request_budget_the_window_runs_to_the_last_answer() -> None:
+    clock = ManualClock(start=1000.0)
+    result = asyncio.run(run_load(SteppedTarget(clock, 0.25), LoadSpec(concurrency=1, requests=3), clock))
+    assert result.completed == 3
+    assert result.elapsed_s == 0.75
 
 
 def test_open_loop_latency_counts_time_waiting_for_a_slot() -> None:
