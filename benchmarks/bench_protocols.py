@@ -411,8 +411,10 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
         f"`tensorgate bench -c 10 -z {seconds:g}s --warmup {WARMUP_S:g}s`, {rounds} round(s), the protocol "
         "order rotated per round. Each served run is compared with its own ceiling: the mean of the "
         f"in-process ceiling measured right before and right after it ({CEILING_S:g} s per arrangement; the "
-        "arrangement with the highest median in the ceiling table). Throughput counts successful requests "
-        "(1 image each). CPU columns: CPU seconds per wall second over the client's load phase (warm-up "
+        "arrangement with the highest median in the ceiling table). Throughput counts the successful requests "
+        "(1 image each) that complete inside the counted window, over that window (as perf_analyzer's time "
+        "windows); each in-process loop's rate is taken over its own time. CPU columns: CPU seconds per "
+        "wall second over the client's load phase (warm-up "
         f"and counted run, sampled every {CpuSampler.PERIOD_S:g} s).",
         "",
         header("images/s"),
