@@ -19,7 +19,8 @@ import pytest
 from hpack import Decoder, Encoder
 from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame, PingFrame, RstStreamFrame
 
-from tensorgate.protocols.grpc.call import CallSettings
+from tensorgate.errors import DEADLINE_CANCEL
+from tensorgate.protocols.grpc.call import CLIENT_DEADLINE_SLACK_S, CallSettings
 from tensorgate.protocols.grpc.http2 import frames as f
 from tensorgate.protocols.grpc.http2.connection import Http2Limits
 from tensorgate.protocols.grpc.methods import MethodTable
@@ -34,6 +35,8 @@ class EchoService:
         self.started = asyncio.Event()
         self.sleeping = 0
         self.most_sleeping = 0  # the most handlers running at once
+        self.cancel_args: tuple[Any, ...] = ()
+        self.remaining_at_cancel: float | None = None
 
     async def unary(self, request: bytes, context: Any) -> bytes:
         metadata = dict(context.invocation_metadata())
@@ -43,7 +46,9 @@ class EchoService:
             self.most_sleeping = max(self.most_sleeping, self.sleeping)
             try:
                 await asyncio.sleep(float(metadata["sleep"]))
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as exc:
+                self.cancel_args = exc.args
+                self.remaining_at_cancel = context.time_remaining()
                 self.cancelled.set()
                 raise
             finally:
@@ -275,6 +280,36 @@ async def test_a_grpc_call_over_raw_frames(served: tuple[EchoService, int], raw:
     statuses = [frame for frame in frames if isinstance(frame, HeadersFrame)]
     assert len(statuses) == 2  # headers, then trailers ending the stream
     assert "END_STREAM" in statuses[-1].flags
+
+
+async def test_a_reset_long_before_the_deadline_is_a_cancel(served: tuple[EchoService, int], raw: Connect) -> None:
+    service = served[0]
+    client = await raw()
+    client.headers(1, sleep="30", grpc_timeout="10S")
+    client.message(1, b"x")
+    await asyncio.wait_for(service.started.wait(), 10)
+    client.writer.write(f.rst_stream(1, f.ErrorCode.CANCEL))
+    await asyncio.wait_for(service.cancelled.wait(), 10)
+    assert DEADLINE_CANCEL not in service.cancel_args
+    assert service.remaining_at_cancel is not None and service.remaining_at_cancel > 1
+
+
+async def test_a_reset_just_before_the_deadline_is_the_deadline(served: tuple[EchoService, int], raw: Connect) -> None:
+    """A client's deadline timer starts before its request reaches the server, so its reset comes
+    first; the server counts it as the deadline (``CLIENT_DEADLINE_SLACK_S``). Had the server's own
+    timer fired first, the outcome would be the same."""
+    service = served[0]
+    client = await raw()
+    sent = asyncio.get_running_loop().time()
+    client.headers(1, sleep="30", grpc_timeout="1S")
+    client.message(1, b"x")
+    await asyncio.wait_for(service.started.wait(), 10)
+    # The server's deadline is at least 1 s after ``sent``: reset a little before it, as a client's timer would.
+    await asyncio.sleep(max(0.0, sent + 1.0 - CLIENT_DEADLINE_SLACK_S / 2 - asyncio.get_running_loop().time()))
+    client.writer.write(f.rst_stream(1, f.ErrorCode.CANCEL))
+    await asyncio.wait_for(service.cancelled.wait(), 10)
+    assert DEADLINE_CANCEL in service.cancel_args
+    assert service.remaining_at_cancel == 0.0
 
 
 async def _until_trailers(client: RawClient) -> list[Frame]:

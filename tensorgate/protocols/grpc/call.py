@@ -31,6 +31,9 @@ from tensorgate.protocols.grpc.methods import MethodTable
 
 log = logging.getLogger(__name__)
 
+# How long before its deadline a client's reset still counts as that deadline (see Call.reset).
+CLIENT_DEADLINE_SLACK_S = 0.02
+
 Metadata = tuple[tuple[str, str | bytes], ...]
 
 ACCEPT_ENCODING = "identity,deflate,gzip"
@@ -212,9 +215,19 @@ class Call:
         self._inbox.append(message)
 
     def reset(self) -> None:
-        """The client reset the stream (cancelled the call) or the connection is gone."""
+        """The client reset the stream (cancelled the call) or the connection is gone.
+
+        A reset that comes within ``CLIENT_DEADLINE_SLACK_S`` of the deadline is the client's own
+        deadline timer: it started on the client's clock before the request reached us, so it
+        fires first, by however long the request took to be read here (seen in CI on a loaded
+        host, where such a call was counted as cancelled rather than timed out).
+        """
         self._reset_by_peer = True
-        self._cancel()
+        if self._deadline is not None and self._loop.time() >= self._deadline - CLIENT_DEADLINE_SLACK_S:
+            self._expired = True
+            self._cancel(DEADLINE_CANCEL)
+        else:
+            self._cancel()
 
     def _expire(self) -> None:
         self._expired = True
@@ -353,7 +366,9 @@ class Call:
         return self._conn.peer
 
     def time_remaining(self) -> float | None:
-        return None if self._deadline is None else self._deadline - self._loop.time()
+        if self._deadline is None:
+            return None
+        return 0.0 if self._expired else self._deadline - self._loop.time()
 
     def cancelled(self) -> bool:
         return self._reset_by_peer or self._expired or self._shutdown
