@@ -88,9 +88,11 @@ class Recorder:
         """``start`` is when the request was due (scheduled time in open loop), ``end`` when it finished;
         ``counted``: it started inside the window."""
         if self._window_end is None:
-            if not counted:
-                return
-        elif not self._window_start <= end < self._window_end and not (counted and outcome.error is not None):
+            counts = counted
+        else:
+            inside = self._window_start <= end < self._window_end
+            counts = inside or (counted and outcome.error is not None)
+        if not counts:
             return
         result = self.result
         if end > self._last_end:

@@ -224,8 +224,7 @@ class Call:
         """
         self._reset_by_peer = True
         if self._deadline is not None and self._loop.time() >= self._deadline - CLIENT_DEADLINE_SLACK_S:
-            self._expired = True
-            self._cancel(DEADLINE_CANCEL)
+            self._expire()
         else:
             self._cancel()
 
