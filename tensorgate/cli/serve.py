@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     # Worker processes are fork+exec'd and never touch gRPC, so gRPC's fork handlers (and their
     # log line on every spawn) have nothing to do. Set before grpc is first imported.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
-    from tensorgate.server import Server
+    from tensorgate.server import Server, ignore_stop_signals
 
     try:
         config, base_dir, source = build_config(args)
@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(server.serve())
+        ignore_stop_signals()  # asyncio's own loop (without uvloop) restores SIG_DFL on close
     except ConfigError as exc:
         print(f"tensorgate: configuration error: {exc}", file=sys.stderr)
         return 2

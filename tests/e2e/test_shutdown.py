@@ -142,3 +142,25 @@ def test_the_exit_timeout_bounds_the_whole_exit_when_every_worker_is_stuck(tmp_p
     assert code == 0, server.log()
     assert elapsed < 0.5 + 5 + 3, f"exit took {elapsed:.1f} s"
     assert statuses == [503] * 4
+
+
+def test_a_stop_signal_repeated_through_shutdown_never_kills_the_server(example_repo: Path) -> None:
+    """A supervisor that repeats SIGTERM until the process is gone: every repeat, up to the exit
+    itself, is absorbed, and the exit stays 0. Once, repeats landing as the signal handlers were
+    taken down (briefly back to the default action) killed 4 servers in 30 with SIGTERM."""
+    for _ in range(3):  # the gap was microseconds wide: several shutdowns, many signals each
+        with ServerProcess("--model-repository", str(example_repo), "--drain-delay", "0") as server:
+            assert server.process is not None
+            server.signal(signal.SIGTERM)
+            sent = time.monotonic()
+            repeats = 0
+            while server.process.poll() is None and time.monotonic() - sent < 20:
+                try:
+                    server.signal(signal.SIGTERM)
+                except ProcessLookupError:  # exited between the poll and the signal
+                    break
+                repeats += 1
+                time.sleep(0.0002)
+            code = server.process.wait(timeout=10)
+        assert code == 0, f"exit {code} after {repeats} repeated SIGTERMs:\n{server.log()[-2000:]}"
+        assert repeats > 0
