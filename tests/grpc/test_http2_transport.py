@@ -37,10 +37,13 @@ class EchoService:
         self.most_sleeping = 0  # the most handlers running at once
         self.cancel_args: tuple[Any, ...] = ()
         self.remaining_at_cancel: float | None = None
+        self.deadline_at: float | None = None  # the last sleeping call's deadline, on the loop's clock
 
     async def unary(self, request: bytes, context: Any) -> bytes:
         metadata = dict(context.invocation_metadata())
         if "sleep" in metadata:
+            remaining = context.time_remaining()
+            self.deadline_at = None if remaining is None else asyncio.get_running_loop().time() + remaining
             self.started.set()
             self.sleeping += 1
             self.most_sleeping = max(self.most_sleeping, self.sleeping)
@@ -300,12 +303,13 @@ async def test_a_reset_just_before_the_deadline_is_the_deadline(served: tuple[Ec
     timer fired first, the outcome would be the same."""
     service = served[0]
     client = await raw()
-    sent = asyncio.get_running_loop().time()
     client.headers(1, sleep="30", grpc_timeout="1S")
     client.message(1, b"x")
     await asyncio.wait_for(service.started.wait(), 10)
-    # The server's deadline is at least 1 s after ``sent``: reset a little before it, as a client's timer would.
-    await asyncio.sleep(max(0.0, sent + 1.0 - CLIENT_DEADLINE_SLACK_S / 2 - asyncio.get_running_loop().time()))
+    # Reset a little before the server's deadline, as a client's timer would; timed from the
+    # deadline the server holds, so however late the request was read, the reset is inside the slack.
+    assert service.deadline_at is not None
+    await asyncio.sleep(max(0.0, service.deadline_at - CLIENT_DEADLINE_SLACK_S / 2 - asyncio.get_running_loop().time()))
     client.writer.write(f.rst_stream(1, f.ErrorCode.CANCEL))
     await asyncio.wait_for(service.cancelled.wait(), 10)
     assert DEADLINE_CANCEL in service.cancel_args
