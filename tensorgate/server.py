@@ -24,7 +24,7 @@ from tensorgate.config.server_config import ServerConfig
 from tensorgate.errors import ConfigError
 from tensorgate.memory import tune_malloc
 from tensorgate.models.manager import ModelManager
-from tensorgate.models.service import InferenceService
+from tensorgate.models.service import SERVER_VERSION, InferenceService
 from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.metrics import Metrics
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer, build_tracer
@@ -93,7 +93,10 @@ class Server:
         self.metrics = metrics or Metrics(enabled=config.server.metrics_port is not None)
         self.manager = ModelManager(self.clock, self.metrics)
         self.service = InferenceService(self.manager)
-        self.access_log = AccessLog(fmt=config.server.log_format, enabled=config.server.access_log)
+        self.access_log = AccessLog(
+            fmt=config.server.log_format, enabled=config.server.access_log, replica=config.server.replica_id
+        )
+        self.metrics.server_info.labels(SERVER_VERSION, config.server.replica_id or "").set(1)
         self._listeners: list[HttpListener] = []
         self._grpc: GrpcListener | None = None
         self.tracer: Tracer = NOOP_TRACER

@@ -29,6 +29,7 @@ _FLAG_KEYS = {
     "grpc_max_message_bytes": "grpc_max_message_bytes",
     "trace_exporter": "trace_exporter",
     "trace_sample_ratio": "trace_sample_ratio",
+    "replica_id": "replica_id",
 }
 
 
@@ -54,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace-exporter", choices=["none", "console", "otlp"], help="where spans go (default none: no tracing)"
     )
     parser.add_argument("--trace-sample-ratio", type=float, help="share of new traces sampled, 0..1 (default 1)")
+    parser.add_argument("--replica-id", help="this replica's name in log lines and in tensorgate_server_info")
 
 
 def build_config(args: argparse.Namespace) -> tuple[ServerConfig, Path, str]:
@@ -107,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tensorgate: configuration error: {exc}", file=sys.stderr)
         return 2
     section = config.server
-    configure_logging(section.log_level, section.log_format, section.access_log)
+    configure_logging(section.log_level, section.log_format, section.access_log, section.replica_id)
     server = Server(config, config_dir=base_dir, config_source=source)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:

@@ -38,6 +38,9 @@ class ServerSection(Strict):
     # "otlp" need the otel extra. New traces are sampled at this ratio; a client's decision wins.
     trace_exporter: Literal["none", "console", "otlp"] = "none"
     trace_sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    # Names this server among the replicas behind one load balancer: on every log line and in the
+    # tensorgate_server_info metric, so logs and scrapes of several replicas can be told apart.
+    replica_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 
 
 class FlatDynamicBatching(Strict):

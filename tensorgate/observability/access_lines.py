@@ -25,6 +25,7 @@ class AccessLine(msgspec.Struct, omit_defaults=True):
     compute_ms: float
     total_ms: float
     path: str | None = None
+    replica: str | None = None  # the server's --replica-id, when it has one
 
 
 JSON_LINES = msgspec.json.Encoder()

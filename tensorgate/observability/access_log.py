@@ -35,8 +35,11 @@ class AccessLog:
     a line against 1.7 us for the dict and orjson, in a tight loop).
     """
 
-    def __init__(self, stream: IO[bytes] | None = None, *, fmt: str = "json", enabled: bool = True) -> None:
+    def __init__(
+        self, stream: IO[bytes] | None = None, *, fmt: str = "json", enabled: bool = True, replica: str | None = None
+    ) -> None:
         self._stream = stream if stream is not None else sys.stderr.buffer
+        self._replica = replica
         self._json = fmt == "json"
         self.enabled = enabled
         self._pending: list[AccessLine] = []
@@ -91,6 +94,7 @@ class AccessLog:
             compute_s * 1000,
             total_s * 1000,
             path,
+            self._replica,
         )
         self._pending.append(line)
         if len(self._pending) >= FLUSH_RECORDS:
@@ -122,5 +126,7 @@ def _text_line(line: AccessLine) -> str:
     return (
         f"{line.ts} ACCESS  {line.protocol} {line.method} {target} {line.status} model={line.model} "
         f"version={line.version} queue_ms={line.queue_ms:.2f} compute_ms={line.compute_ms:.2f} "
-        f"total_ms={line.total_ms:.2f} request_id={line.request_id}\n"
+        f"total_ms={line.total_ms:.2f} request_id={line.request_id}"
+        + ("" if line.replica is None else f" replica={line.replica}")
+        + "\n"
     )

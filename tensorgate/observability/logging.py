@@ -13,6 +13,10 @@ _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", 
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self, replica: str | None = None) -> None:
+        super().__init__()
+        self._replica = replica  # on every line, so the lines of several replicas can be told apart
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
@@ -20,6 +24,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self._replica is not None:
+            entry["replica"] = self._replica
         for key, value in vars(record).items():
             if key not in _STANDARD:
                 entry[key] = value
@@ -29,15 +35,16 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    def __init__(self, replica: str | None = None) -> None:
+        prefix = "" if replica is None else replica.replace("%", "%%") + " "
+        super().__init__(prefix + "%(asctime)s %(levelname)-7s %(name)s: %(message)s")
 
 
-def configure_logging(level: str, fmt: str, access_log: bool) -> None:
+def configure_logging(level: str, fmt: str, access_log: bool, replica: str | None = None) -> None:
     import time
 
     handler = logging.StreamHandler(sys.stderr)
-    formatter: logging.Formatter = JsonFormatter() if fmt == "json" else TextFormatter()
+    formatter: logging.Formatter = JsonFormatter(replica) if fmt == "json" else TextFormatter(replica)
     formatter.converter = time.gmtime
     handler.setFormatter(formatter)
     root = logging.getLogger()

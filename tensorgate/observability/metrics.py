@@ -166,6 +166,13 @@ class Metrics:
             )
         )
         self.model_ready = r(Gauge("tensorgate_model_ready", "1 when the version is READY.", mv))
+        self.server_info = r(
+            Gauge(
+                "tensorgate_server_info",
+                "Always 1: the server's version and replica id as labels.",
+                ["version", "replica"],
+            )
+        )
         self._generation: GenerationMetrics | None = None
         if enabled:
             self.registry.register(loop)

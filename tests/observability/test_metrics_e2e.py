@@ -252,3 +252,14 @@ def test_grpc_requests_get_an_access_line_naming_the_version_that_served(server:
     )
     assert float(ok["compute_ms"]) > 0  # type: ignore[arg-type]
     assert failed["status"] == "INTERNAL"
+
+
+def test_replica_id_names_the_server_in_its_logs_and_metrics(tmp_path_factory: pytest.TempPathFactory) -> None:
+    repo = tmp_path_factory.mktemp("replica")
+    write_python_model(repo, "fast", parameters={"delay_ms": 0})
+    with ServerProcess("--model-repository", str(repo), "--replica-id", "r7") as process:
+        assert httpx.post(f"{process.url}/v2/models/fast/infer", json=v2_body([[1, 2, 3, 4]])).status_code == 200
+        assert metric(process.metrics_url, "tensorgate_server_info", replica="r7") == 1
+        wait_until(lambda: any(r.get("logger") == "tensorgate.access" for r in process.log_records()))
+        records = process.log_records()
+    assert records and all(r.get("replica") == "r7" for r in records)
