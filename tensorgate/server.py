@@ -24,6 +24,7 @@ from tensorgate.config.server_config import ServerConfig
 from tensorgate.errors import ConfigError
 from tensorgate.memory import tune_malloc
 from tensorgate.models.manager import ModelManager
+from tensorgate.models.repository_control import RepositoryControl
 from tensorgate.models.service import SERVER_VERSION, InferenceService
 from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.metrics import Metrics
@@ -37,6 +38,8 @@ from tensorgate.protocols.http.v2_codec import DecodeLimits
 from tensorgate.repository.flat import from_flat_entries
 from tensorgate.repository.scanner import scan_repository
 from tensorgate.repository.source import ModelSource
+from tensorgate.repository.watcher import ModelPrint, fingerprint_repository, with_revisions
+from tensorgate.security.admin_keys import AdminKeys
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +94,9 @@ class Server:
         self._config_source = config_source
         self.clock = clock or MonotonicClock()
         self.metrics = metrics or Metrics(enabled=config.server.metrics_port is not None)
-        self.manager = ModelManager(self.clock, self.metrics)
+        self.manager = ModelManager(self.clock, self.metrics, drain_timeout_s=config.server.exit_timeout_s)
+        self.repository: RepositoryControl | None = None  # built at start, once the repository is known
+        self._admin_keys: AdminKeys | None = None
         self.service = InferenceService(self.manager)
         self.access_log = AccessLog(
             fmt=config.server.log_format, enabled=config.server.access_log, replica=config.server.replica_id
@@ -103,28 +108,50 @@ class Server:
         self._stop = asyncio.Event()
         self.ports: dict[str, int] = {}
 
-    def model_sources(self) -> list[ModelSource]:
+    def model_sources(self) -> tuple[list[ModelSource], Path | None]:
+        """Every model to serve at startup, and the repository directory they came from (if any)."""
         sources: list[ModelSource] = []
         section = self.config.server
-        if section.model_repository is not None:
-            sources.extend(scan_repository(section.model_repository))
-        sources.extend(from_flat_entries(self.config.models, self._config_dir, self._config_source))
-        if not sources and section.model_repository is None:
+        root = section.model_repository
+        if root is not None:
+            sources.extend(scan_repository(root))
+        flat = from_flat_entries(self.config.models, self._config_dir, self._config_source)
+        sources.extend(flat)
+        if not sources and root is None:
             from tensorgate.examples import default_example_repository
 
-            repository = default_example_repository()
-            log.info("no models configured: serving the bundled examples from %s", repository)
-            sources.extend(scan_repository(repository))
+            root = default_example_repository()
+            log.info("no models configured: serving the bundled examples from %s", root)
+            sources.extend(scan_repository(root))
         names = [s.name for s in sources]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ConfigError(
                 f"{self._config_source}: key 'models': models {duplicates} are also in the model repository"
             )
-        return sources
+        return sources, root
+
+    def _repository_control(self, root: Path | None, flat: frozenset[str]) -> RepositoryControl:
+        section = self.config.server
+        if section.model_control != "none" and root is None:
+            raise ConfigError(
+                f"{self._config_source}: key 'server.model_control': {section.model_control} needs a model "
+                "repository (server.model_repository or --model-repository)"
+            )
+        return RepositoryControl(
+            self.manager,
+            section.model_control,
+            root,
+            poll_s=section.repository_poll_s,
+            admin_keys=self._admin_keys,
+            pinned=flat,
+        )
 
     async def start(self) -> None:
         section = self.config.server
+        # Read before anything binds: a keys file that cannot be used stops the start with its reason.
+        if section.admin_keys_file is not None:
+            self._admin_keys = AdminKeys.from_file(section.admin_keys_file)
         tune_malloc()
         self.tracer = self._given_tracer or build_tracer(section.trace_exporter, section.trace_sample_ratio)
         self.manager.tracer = self.tracer
@@ -160,10 +187,23 @@ class Server:
         await self._start_grpc()
         self._write_ports()
         log.info("listening", extra={"ports": self.ports, "host": section.host})
-        await self.manager.load_all(self.model_sources())
+        await self._load_models()
         self.service.started = True
         _tune_gc()
         log.info("server ready" if self.service.ready() else "server started; some models are not ready")
+
+    async def _load_models(self) -> None:
+        """Scan the repository (off the loop), load every model, then start polling if asked to."""
+        sources, root = await asyncio.to_thread(self.model_sources)
+        self.repository = self._repository_control(root, frozenset(entry.name for entry in self.config.models))
+        self.service.repository = self.repository
+        baseline: dict[str, ModelPrint] = {}
+        if self.repository.mode == "poll" and root is not None:
+            # Taken before the scan: a file that changes in between differs at the first poll.
+            baseline = await asyncio.to_thread(fingerprint_repository, root.resolve())
+            sources = [with_revisions(s, baseline[s.name]) if s.name in baseline else s for s in sources]
+        await self.manager.load_all(sources)
+        self.repository.start(baseline)
 
     async def _start_grpc(self) -> None:
         """KServe V2 over gRPC, health and reflection; messages bounded like HTTP bodies."""
@@ -220,6 +260,8 @@ class Server:
         if self._grpc is not None:
             stopping.append(self._grpc.stop(grace_s=section.exit_timeout_s))  # GOAWAY; in-flight RPCs finish
         await asyncio.gather(*stopping)
+        if self.repository is not None:
+            await self.repository.aclose()  # no change starts while the models stop
         abandoned = sum(
             v.scheduler.queued + v.scheduler.running for e in self.manager.models.values() for v in e.versions.values()
         )

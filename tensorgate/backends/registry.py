@@ -5,6 +5,16 @@ from __future__ import annotations
 from tensorgate.backends.base import Backend
 from tensorgate.errors import ModelLoadError
 
+# The extra that installs what each backend imports beyond the core dependencies.
+_EXTRAS = {"llm": "llm", "torch": "torch"}
+
+
+def missing_runtime(backend: str, exc: ModuleNotFoundError) -> str:
+    """Why a backend could not load when one of its optional packages is not installed."""
+    extra = _EXTRAS.get(backend, "llm" if exc.name in ("torch", "transformers", "tokenizers", "safetensors") else None)
+    install = f": pip install 'tensorgate[{extra}]'" if extra else ""
+    return f"the {backend} backend needs the Python package '{exc.name}', which is not installed{install}"
+
 
 def create_backend(name: str) -> Backend:
     if name == "onnxruntime":

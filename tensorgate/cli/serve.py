@@ -30,6 +30,9 @@ _FLAG_KEYS = {
     "trace_exporter": "trace_exporter",
     "trace_sample_ratio": "trace_sample_ratio",
     "replica_id": "replica_id",
+    "model_control": "model_control",
+    "repository_poll_secs": "repository_poll_s",
+    "admin_keys_file": "admin_keys_file",
 }
 
 
@@ -56,6 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--trace-sample-ratio", type=float, help="share of new traces sampled, 0..1 (default 1)")
     parser.add_argument("--replica-id", help="this replica's name in log lines and in tensorgate_server_info")
+    parser.add_argument(
+        "--model-control",
+        choices=["none", "poll", "explicit"],
+        help="none: serve the repository as it was at startup (default); poll: rescan it and apply changes; "
+        "explicit: load and unload through the repository API (needs --admin-keys-file)",
+    )
+    parser.add_argument("--repository-poll-secs", type=float, help="seconds between repository scans in poll mode")
+    parser.add_argument("--admin-keys-file", type=Path, help="admin keys, one per line, for the repository API")
 
 
 def build_config(args: argparse.Namespace) -> tuple[ServerConfig, Path, str]:
@@ -80,10 +91,14 @@ def build_config(args: argparse.Namespace) -> tuple[ServerConfig, Path, str]:
         server["access_log"] = False
     data["server"] = server
     config = validate(ServerConfig, data, source)
+    # A relative path is relative to the config file when the file set it, else to the working directory.
+    for name in ("model_repository", "admin_keys_file"):
+        path = getattr(config.server, name)
+        if path is not None and not path.is_absolute():
+            from_file = args.config is not None and getattr(args, name, None) is None
+            path = (base_dir / path) if from_file else path.resolve()
+            config = config.model_copy(update={"server": config.server.model_copy(update={name: path})})
     repo = config.server.model_repository
-    if repo is not None and not repo.is_absolute():
-        repo = (base_dir / repo) if args.config is not None and args.model_repository is None else repo.resolve()
-        config = config.model_copy(update={"server": config.server.model_copy(update={"model_repository": repo})})
     if repo is not None and not repo.is_dir():
         raise ConfigError(f"{source}: key 'server.model_repository': {repo} is not a directory")
     return config, base_dir, source

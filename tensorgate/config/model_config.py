@@ -126,6 +126,64 @@ class LLMSettings(Strict):
     threads: int = Field(default=0, ge=0)
 
 
+class CanaryConfig(Strict):
+    """A rollout that moves traffic to ``version`` step by step, judged against the version it replaces."""
+
+    version: int = Field(ge=1)
+    # The version being replaced; None: the highest version on disk below the canary's.
+    stable: int | None = Field(default=None, ge=1)
+    steps: list[float] = Field(default_factory=lambda: [10.0, 25.0, 50.0, 100.0])  # percent of traffic
+    step_s: float = Field(default=60.0, gt=0)
+    max_error_rate: float = Field(default=0.01, ge=0, le=1)
+    max_p99_ratio: float = Field(default=1.5, gt=0)
+    min_requests: int = Field(default=200, ge=1)
+
+    @model_validator(mode="after")
+    def _steps(self) -> CanaryConfig:
+        if not self.steps or any(not 0 < s <= 100 for s in self.steps):
+            raise ValueError("steps are percentages of traffic, each above 0 and at most 100")
+        if any(b <= a for a, b in zip(self.steps, self.steps[1:], strict=False)) or self.steps[-1] != 100:
+            raise ValueError("steps must increase and end at 100")
+        if self.stable is not None and self.stable == self.version:
+            raise ValueError("stable names the version the canary replaces, not the canary itself")
+        return self
+
+
+class ShadowConfig(Strict):
+    """Copies of served requests sent to ``version`` after the answer, to compare its outputs."""
+
+    version: int = Field(ge=1)
+    fraction: float = Field(default=0.1, gt=0, le=1)
+    tolerance: float = Field(default=1e-5, ge=0)  # relative; classification-shaped outputs compare argmax
+    # Shadow requests in flight at most; past it a copy is shed, so a slow shadow never piles up work.
+    max_inflight: int = Field(default=64, ge=1)
+
+
+class TrafficConfig(Strict):
+    """How requests that name no version are shared between versions (gray release, A/B, canary, shadow)."""
+
+    weights: dict[int, float] | None = None  # version -> relative weight
+    sticky_header: str = Field(default="X-Traffic-Key", pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
+    canary: CanaryConfig | None = None
+    shadow: ShadowConfig | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrafficConfig:
+        if self.weights is not None:
+            if any(v < 1 for v in self.weights) or any(w < 0 for w in self.weights.values()):
+                raise ValueError("weights map positive version numbers to weights of 0 or more")
+            if sum(self.weights.values()) <= 0:
+                raise ValueError("at least one weight must be above 0")
+            if self.canary is not None:
+                raise ValueError("choose weights or canary: a canary sets the weights itself")
+        if self.shadow is not None:
+            if self.weights is not None and self.weights.get(self.shadow.version, 0) > 0:
+                raise ValueError(f"shadow version {self.shadow.version} also has a traffic weight")
+            if self.canary is not None and self.shadow.version == self.canary.version:
+                raise ValueError("the shadow version cannot also be the canary")
+        return self
+
+
 class ModelConfig(Strict):
     """Everything optional: an ONNX model directory with no config.yaml serves with these defaults."""
 
@@ -141,6 +199,7 @@ class ModelConfig(Strict):
     onnxruntime: OnnxRuntimeOptions = Field(default_factory=OnnxRuntimeOptions)
     parameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
     llm: LLMSettings | None = None
+    traffic: TrafficConfig | None = None
 
     @model_validator(mode="after")
     def _batch_limits(self) -> ModelConfig:

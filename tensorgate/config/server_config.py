@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tensorgate.config.model_config import DEFAULT_MAX_QUEUE_SIZE, DynamicBatching, Strict
 
@@ -41,6 +41,20 @@ class ServerSection(Strict):
     # Names this server among the replicas behind one load balancer: on every log line and in the
     # tensorgate_server_info metric, so logs and scrapes of several replicas can be told apart.
     replica_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+    # Triton's model control modes: none (the repository as it was at startup), poll (rescan it and
+    # apply what changed), explicit (the repository API loads and unloads, with an admin key).
+    model_control: Literal["none", "poll", "explicit"] = "none"
+    repository_poll_s: float = Field(default=5.0, gt=0)
+    admin_keys_file: Path | None = None  # one key per line; the repository API needs one of them
+
+    @model_validator(mode="after")
+    def _management(self) -> ServerSection:
+        if self.model_control == "explicit" and self.admin_keys_file is None:
+            raise ValueError(
+                "model_control explicit opens the repository API, which needs admin_keys_file "
+                "(a file of admin keys, one per line)"
+            )
+        return self
 
 
 class FlatDynamicBatching(Strict):

@@ -196,14 +196,9 @@ class GenerativeModelVersion(ModelVersion):
 
 
 async def load_generative_version(
-    source: ModelSource,
-    vsource: VersionSource,
-    status: VersionStatus,
-    versions: dict[int, ModelVersion],
-    clock: Clock,
-    metrics: Metrics,
-) -> None:
-    """Load, warm and register one ``llm`` version; on failure mark it FAILED and leave others alone."""
+    source: ModelSource, vsource: VersionSource, status: VersionStatus, clock: Clock, metrics: Metrics
+) -> GenerativeModelVersion:
+    """Load and warm one ``llm`` version, not yet serving; raises ModelLoadError, leaving nothing behind."""
     name, version = source.name, vsource.version
     settings = source.config.llm or LLMSettings()
     started = clock.now()
@@ -219,21 +214,18 @@ async def load_generative_version(
         metrics.load_seconds.labels(name, str(version)).observe(clock.now() - started)
         status.state = VersionState.WARMING
         await model_version.engine.start()
-        model_version.state = VersionState.READY
+        model_version.state = VersionState.READY  # the warm-up goes through the engine's own checks
         warm = model_version.submit(model_version.encode("warm up") or [0], SamplingParams(max_tokens=1))
         await collect(warm)
-    except Exception as exc:
-        status.state = VersionState.FAILED
-        status.reason = str(exc) if isinstance(exc, ModelLoadError) else f"{type(exc).__name__}: {exc}"
-        log.error("model %s version %d failed to load: %s", name, version, status.reason)
+        model_version.state = VersionState.WARMING  # the manager marks it READY when it takes traffic
+    except BaseException as exc:
         if model_version is not None:
             await model_version.aclose(0.0)
-        return
-    status.state = VersionState.READY
-    versions[version] = model_version
-    metrics.model_ready.labels(name, str(version)).set(1)
+        if isinstance(exc, ModelLoadError | ModuleNotFoundError) or not isinstance(exc, Exception):
+            raise
+        raise ModelLoadError(f"{type(exc).__name__}: {exc}") from exc
     log.info(
-        "model %s version %d is READY (llm on %s, %d KV tokens, max %d sequences, %.0f ms)",
+        "model %s version %d is warm (llm on %s, %d KV tokens, max %d sequences, %.0f ms)",
         name,
         version,
         device,
@@ -241,3 +233,4 @@ async def load_generative_version(
         settings.max_num_seqs,
         (clock.now() - started) * 1000,
     )
+    return model_version

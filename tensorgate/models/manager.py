@@ -1,44 +1,66 @@
-"""ModelManager: load, warm up, mark ready, drain and unload model versions.
+"""ModelManager: load, warm up, mark ready, switch, drain and unload model versions.
 
 States of a version: LOADING -> WARMING -> READY -> DRAINING -> UNLOADED, or FAILED with a reason.
-Only READY versions take traffic. A version that fails to load is FAILED alone: other versions
-and models keep serving.
+Only READY versions take traffic. Every change to a model, at startup, from a repository poll or
+from the repository API, goes through :meth:`ModelManager.apply`, one change per model at a time:
+
+- a version to serve that is new, or whose files or configuration changed, is loaded and warmed
+  beside what serves; it takes traffic only once READY, in one step on the event loop, and the copy
+  it replaces drains (finishes everything admitted to it) and unloads in the background;
+- versions no longer served drain and unload, but only once some version to serve is READY: a
+  failed load never disturbs the version that is serving;
+- a version that failed is tried again only when its files or configuration change (or when the
+  repository API asks);
+- a change that only touches ``traffic`` moves traffic without loading anything.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import Awaitable, Callable
+import random
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
-from tensorgate.backends.base import LoadSpec
 from tensorgate.clock import Clock
-from tensorgate.config.model_config import DynamicBatching
+from tensorgate.config.model_config import ModelConfig, VersionPolicy
 from tensorgate.errors import ModelLoadError
-from tensorgate.instances.base import Instance, InstanceDied
-from tensorgate.instances.factory import create_instance, placements
-from tensorgate.instances.pool import InstancePool
 from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
-from tensorgate.models.specs import resolve_specs
-from tensorgate.models.warmup import warm_up
+from tensorgate.models.rollout import Rollout, RolloutState
+from tensorgate.models.shadow import Shadow
+from tensorgate.models.traffic import TrafficState
+from tensorgate.models.version_loader import build_version
 from tensorgate.observability.metrics import Metrics
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.repository.source import ModelSource, VersionSource
-from tensorgate.scheduling.scheduler import QueueSettings
+from tensorgate.repository.version_policy import canary_stable, served_versions
 
 log = logging.getLogger(__name__)
 
-_PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "python": "python", "llm": "pytorch_causal_lm"}
+# What a version was loaded from: its files' revision and the configuration that matters to a load.
+Identity = tuple[str, ModelConfig]
+
+
+def _load_config(config: ModelConfig) -> ModelConfig:
+    """The configuration without what changes no loaded version (traffic, which versions to serve)."""
+    return config.model_copy(update={"traffic": None, "version_policy": VersionPolicy()})
 
 
 @dataclass(slots=True)
 class ModelEntry:
     source: ModelSource
-    versions: dict[int, ModelVersion] = field(default_factory=dict)
+    versions: dict[int, ModelVersion] = field(default_factory=dict)  # serving (READY, or every instance down)
     statuses: dict[int, VersionStatus] = field(default_factory=dict)
     problem: str = ""
+    # Counts for the server's readiness: every model found at startup, and a model added later from
+    # the moment it first served. An unloaded model stops counting.
+    wanted: bool = True
+    traffic: TrafficState | None = None
+    loaded: dict[int, Identity] = field(default_factory=dict)
+    failed: dict[int, Identity] = field(default_factory=dict)
+    generations: dict[int, int] = field(default_factory=dict)  # loads of each version number so far
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def latest_ready(self) -> ModelVersion | None:
         """The highest READY version; a loop rather than a sort, because every request asks."""
@@ -49,186 +71,274 @@ class ModelEntry:
         return best
 
 
-def _queue_settings(db: DynamicBatching | None) -> QueueSettings:
-    db = db or DynamicBatching()
-    return QueueSettings(
-        priority_levels=db.priority_levels,
-        default_priority=db.default_priority,
-        max_queue_size=db.max_queue_size,
-        default_timeout_s=None if db.default_timeout_ms is None else db.default_timeout_ms / 1000.0,
-    )
-
-
 class ModelManager:
-    def __init__(self, clock: Clock, metrics: Metrics) -> None:
+    def __init__(
+        self, clock: Clock, metrics: Metrics, *, drain_timeout_s: float = 30.0, rng: random.Random | None = None
+    ) -> None:
         self.tracer: Tracer = NOOP_TRACER  # the server sets its tracer here before load_all
-        self._clock = clock
+        self.clock = clock
         self._metrics = metrics
+        self._drain_timeout_s = drain_timeout_s
+        self._rng = rng if rng is not None else random.Random()
         self.models: dict[str, ModelEntry] = {}
+        self._background: set[asyncio.Task[None]] = set()  # drains, and re-applies after a rollout's end
+        self._closed = False
 
     async def load_all(self, sources: list[ModelSource]) -> None:
+        """Startup: every model found counts for readiness; models load side by side."""
         for source in sources:
             self.models[source.name] = ModelEntry(source)
-        await asyncio.gather(*(self._load_model(self.models[s.name]) for s in sources))
+        await asyncio.gather(*(self._apply_quietly(self.models[s.name], s) for s in sources))
 
-    async def _load_model(self, entry: ModelEntry) -> None:
-        source = entry.source
-        if source.problems:
-            entry.problem = "; ".join(source.problems)
-            log.error("model %s cannot be loaded: %s", source.name, entry.problem)
-            return
-        for vsource in source.versions:
-            entry.statuses[vsource.version] = VersionStatus(source.name, vsource.version, VersionState.LOADING)
-        for vsource in source.versions:
-            await self._load_version(entry, vsource)
-
-    async def _load_version(self, entry: ModelEntry, vsource: VersionSource) -> None:
-        source = entry.source
-        name, version = source.name, vsource.version
-        status = entry.statuses[version]
-        if source.backend == "llm":  # generative: a continuous-batching engine instead of instances
-            from tensorgate.models.generative import load_generative_version  # imports torch: only when needed
-
-            await load_generative_version(source, vsource, status, entry.versions, self._clock, self._metrics)
-            return
-        started = self._clock.now()
-        instances: list[Instance] = []
+    async def _apply_quietly(self, entry: ModelEntry, source: ModelSource) -> None:
         try:
-            for index, placement in enumerate(placements(source.config.instance_group, source.device_id)):
-                spec = LoadSpec(name, version, vsource.artifact, vsource.directory, source.config, placement.device)
-                instance = create_instance(f"{name}_{version}_{index}", source.backend, spec, placement)
-                instances.append(instance)
-                await instance.start()
-            first = instances[0]
-            specs = resolve_specs(
-                name, first.input_specs(), first.output_specs(), source.config, source.request_input_shape
+            await self._apply(entry, source, retry_failed=True)
+        except ModelLoadError:
+            pass  # logged and recorded on the entry: this model fails alone
+
+    async def apply(self, source: ModelSource, *, retry_failed: bool = False) -> None:
+        """Bring one model in line with ``source`` (new, changed, or the same). Returns when what is
+        to serve is READY; raises ModelLoadError naming what could not be loaded (what served
+        before keeps serving)."""
+        entry = self.models.get(source.name)
+        if entry is None:
+            entry = self.models[source.name] = ModelEntry(source, wanted=False)
+        await self._apply(entry, source, retry_failed=retry_failed)
+
+    async def _apply(self, entry: ModelEntry, source: ModelSource, *, retry_failed: bool) -> None:
+        async with entry.lock:
+            name = source.name
+            if source.problems:
+                message = "; ".join(source.problems)
+                entry.problem = message
+                if entry.versions:
+                    self._metrics.config_errors.labels(name).inc()
+                    log.error("model %s: the change is not applied; what serves keeps serving: %s", name, message)
+                else:
+                    entry.source = source
+                    log.error("model %s cannot be loaded: %s", name, message)
+                raise ModelLoadError(message)
+            reload_all = bool(entry.versions) and (
+                source.backend != entry.source.backend
+                or _load_config(source.config) != _load_config(entry.source.config)
             )
-            vmetrics = self._metrics.for_version(name, version)
-            vmetrics.metrics.load_seconds.labels(name, str(version)).observe(self._clock.now() - started)
-            model_version = ModelVersion(
-                name,
-                version,
-                _PLATFORMS.get(source.backend, source.backend),
-                specs,
-                InstancePool(instances),
-                _queue_settings(source.config.dynamic_batching),
-                self._clock,
-                vmetrics,
-                self.tracer,
-            )
-            warm = functools.partial(
-                warm_up,
-                samples=source.config.warmup,
-                specs=specs.inputs,
-                batched=specs.max_batch_size > 0,
-                directory=vsource.directory,
-            )
-            # Wired before the warm-up: a worker that dies warming up is restarted, warmed and
-            # counted like one that dies serving.
-            for instance in instances:
-                _wire(instance, model_version, warm)
-            status.state = VersionState.WARMING
-            warm_started = self._clock.now()
-            await _warm_all(instances, warm)
-            vmetrics.metrics.warmup_seconds.labels(name, str(version)).observe(self._clock.now() - warm_started)
+            if not reload_all:  # weights and the like take effect at once, before anything loads
+                entry.source = source
+                self._set_traffic(entry)
+            served = self._served(entry, source)
+            failures = []
+            for vsource in served:
+                identity = (vsource.revision, _load_config(source.config))
+                if vsource.version in entry.versions and entry.loaded.get(vsource.version) == identity:
+                    continue
+                if not retry_failed and entry.failed.get(vsource.version) == identity:
+                    failures.append(entry.statuses[vsource.version].reason)
+                    continue
+                error = await self._load_and_switch(entry, source, vsource, identity)
+                if error:
+                    failures.append(error)
+            if reload_all:
+                entry.source = source
+                self._set_traffic(entry)
+            entry.problem = ""
+            wanted = {v.version for v in served}
+            if any(mv.ready for v, mv in entry.versions.items() if v in wanted):
+                for version in sorted(set(entry.versions) - wanted):
+                    self._retire(entry, version)
+            for version in [v for v, s in entry.statuses.items() if v not in wanted and v not in entry.versions]:
+                if entry.statuses[version].state is VersionState.FAILED:  # no longer asked for: forgotten
+                    del entry.statuses[version]
+                    entry.failed.pop(version, None)
+            self._check_rollout(entry)
+            if failures:
+                raise ModelLoadError("; ".join(failures))
+            if not any(mv.ready for mv in entry.versions.values()):
+                raise ModelLoadError(f"model '{name}' has no version ready to serve")
+
+    def _served(self, entry: ModelEntry, source: ModelSource) -> list[VersionSource]:
+        """The versions to serve now: the policy's and traffic's, less a promoted canary's old version."""
+        pool = source.on_disk or source.versions
+        rollout = entry.traffic.rollout if entry.traffic is not None else None
+        promoted = rollout is not None and rollout.state is RolloutState.PROMOTED
+        numbers = set(served_versions(source.config, [v.version for v in pool], keep_stable=not promoted))
+        return [v for v in pool if v.version in numbers]
+
+    async def _load_and_switch(
+        self, entry: ModelEntry, source: ModelSource, vsource: VersionSource, identity: Identity
+    ) -> str:
+        """Load one version beside what serves, then put it in service. Returns "" or why it failed."""
+        name, number = source.name, vsource.version
+        replacing = entry.versions.get(number)
+        status = VersionStatus(name, number, VersionState.LOADING)
+        if replacing is None:  # a reload keeps showing the serving copy's state until the switch
+            entry.statuses[number] = status
+        generation = entry.generations.get(number, 0)
+        entry.generations[number] = generation + 1
+        try:
+            version = await build_version(source, vsource, status, self.clock, self._metrics, self.tracer, generation)
         except ModelLoadError as exc:
-            status.state, status.reason = VersionState.FAILED, str(exc)
-            log.error("model %s version %d failed to load: %s", name, version, exc)
-            await _close_all(instances)
-            return
-        except Exception:  # a backend bug must fail this version, not the server
-            # The detail (which may hold paths) goes to the log; clients see a generic reason.
-            status.state, status.reason = (
-                VersionState.FAILED,
-                "the backend failed to load the model; see the server log",
+            entry.failed[number] = identity
+            self._metrics.load_failures.labels(name, str(number)).inc()
+            if replacing is None:
+                status.state, status.reason = VersionState.FAILED, str(exc)
+                log.error("model %s version %d failed to load: %s", name, number, exc)
+            else:
+                log.error("model %s version %d failed to reload (the loaded copy keeps serving): %s", name, number, exc)
+            return str(exc)
+        if self._closed:  # the server stopped while this loaded: it never serves
+            await version.aclose(0.0)
+            return "the server is shutting down"
+        entry.failed.pop(number, None)
+        version.state = status.state = VersionState.READY
+        entry.versions[number] = version
+        entry.statuses[number] = status
+        entry.loaded[number] = identity
+        entry.wanted = True
+        self._metrics.model_ready.labels(name, str(number)).set(1)
+        log.info("model %s version %d is READY", name, number)
+        if replacing is not None:
+            self._drain(entry, replacing, None)
+        return ""
+
+    def _retire(self, entry: ModelEntry, number: int) -> asyncio.Task[None]:
+        """Take a version out of service: it takes no new request, finishes what it has, and unloads."""
+        version = entry.versions.pop(number)
+        entry.loaded.pop(number, None)
+        status = entry.statuses.get(number)
+        if status is not None:
+            status.state = VersionState.DRAINING
+        log.info("model %s version %d is draining", version.name, number)
+        return self._drain(entry, version, status)
+
+    def _drain(self, entry: ModelEntry, version: ModelVersion, status: VersionStatus | None) -> asyncio.Task[None]:
+        version.state = VersionState.DRAINING  # not ready: a request that still holds it is refused
+
+        async def drain() -> None:
+            try:
+                await version.aclose(self._drain_timeout_s)
+            except Exception:
+                log.exception("model %s version %d failed to unload", version.name, version.version)
+            serving = entry.versions.get(version.version)
+            self._metrics.model_ready.labels(version.name, str(version.version)).set(
+                1 if serving is not None and serving.ready else 0
             )
-            log.exception("model %s version %d failed to load", name, version)
-            await _close_all(instances)
+            if status is not None and entry.statuses.get(version.version) is status:
+                status.state = VersionState.UNLOADED
+                del entry.statuses[version.version]
+            log.info("model %s version %d is unloaded", version.name, version.version)
+
+        return self._spawn(drain())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def unload(self, name: str, *, forget: bool = False) -> None:
+        """Drain and unload every version of a model; returns once they are unloaded. ``forget``: the
+        model left the repository, so it is forgotten (404 from then on) rather than kept as unloaded."""
+        entry = self.models.get(name)
+        if entry is None:
             return
-        for instance in instances:  # published once READY, so a version that failed shows no healthy instance
-            vmetrics.instance_health(instance.name, instance.healthy)
-        model_version.state = VersionState.READY
-        status.state = VersionState.READY
-        entry.versions[version] = model_version
-        vmetrics.metrics.model_ready.labels(name, str(version)).set(1)
-        log.info(
-            "model %s version %d is READY (%d instance(s), max batch %d, %.0f ms)",
-            name,
-            version,
-            len(instances),
-            specs.max_batch_size,
-            (self._clock.now() - started) * 1000,
-        )
+        async with entry.lock:
+            entry.wanted = False
+            drains = [self._retire(entry, number) for number in sorted(entry.versions)]
+            if entry.traffic is not None and entry.traffic.shadow is not None:
+                await entry.traffic.shadow.aclose()
+            entry.traffic = None
+            self._publish_traffic(entry)
+            entry.problem = "unloaded"
+            if drains:
+                await asyncio.gather(*drains)
+            entry.statuses.clear()
+            entry.failed.clear()
+            if forget and self.models.get(name) is entry:
+                del self.models[name]
+        log.info("model %s is unloaded", name)
+
+    # -- traffic ---------------------------------------------------------------------------------
+
+    def _set_traffic(self, entry: ModelEntry) -> None:
+        """Build the model's traffic state from its configuration, keeping a rollout or shadow whose
+        own settings did not change (a poll that finds the same canary does not restart it)."""
+        config = entry.source.config.traffic
+        old = entry.traffic
+        if config is None:
+            entry.traffic = None
+            self._publish_traffic(entry)
+            return
+        rollout = None
+        if config.canary is not None:
+            kept = old.rollout if old is not None else None
+            on_disk = [v.version for v in (entry.source.on_disk or entry.source.versions)]
+            stable = canary_stable(config.canary, on_disk)
+            if kept is not None and kept.config == config.canary and kept.stable == stable:
+                rollout = kept
+            elif stable is not None:
+                rollout = Rollout(entry.source.name, config.canary, stable, self.clock, self._rollout_changed(entry))
+            else:
+                log.error(
+                    "model %s: canary version %d has no earlier version on disk to be judged against; "
+                    "set traffic.canary.stable",
+                    entry.source.name,
+                    config.canary.version,
+                )
+        shadow = None
+        if config.shadow is not None:
+            kept_shadow = old.shadow if old is not None else None
+            if kept_shadow is not None and kept_shadow.config == config.shadow:
+                shadow = kept_shadow
+            else:
+                shadow = Shadow(entry.source.name, config.shadow, self._metrics, self._rng)
+        entry.traffic = TrafficState(config, rollout, shadow, self._rng)
+        self._publish_traffic(entry)
+
+    def _rollout_changed(self, entry: ModelEntry) -> Callable[[Rollout], None]:
+        def changed(rollout: Rollout) -> None:
+            self._publish_traffic(entry)
+            if rollout.state is not RolloutState.STEPPING and not self._closed:
+                # Promoted: the old version goes as the version policy says. Re-applied as its own
+                # task: this runs inside a request's completion.
+                self._spawn(self._apply_quietly(entry, entry.source))
+
+        return changed
+
+    def _check_rollout(self, entry: ModelEntry) -> None:
+        """A canary that cannot serve (its load failed) is rolled back rather than left waiting."""
+        rollout = entry.traffic.rollout if entry.traffic is not None else None
+        if rollout is None or rollout.state is not RolloutState.STEPPING:
+            return
+        status = entry.statuses.get(rollout.canary)
+        if status is not None and status.state is VersionState.FAILED:
+            rollout.roll_back(f"canary version {rollout.canary} failed to load: {status.reason}")
+
+    def _publish_traffic(self, entry: ModelEntry) -> None:
+        name = entry.source.name
+        shares = entry.traffic.shares() if entry.traffic is not None else []
+        total = sum(weight for _, weight in shares)
+        numbers = set(entry.versions) | {v for v, _ in shares}
+        for number in numbers:
+            weight = dict(shares).get(number, 0.0)
+            self._metrics.traffic_share.labels(name, str(number)).set(100.0 * weight / total if total else 0.0)
+        rollout = entry.traffic.rollout if entry.traffic is not None else None
+        for state in RolloutState:
+            current = rollout is not None and rollout.state is state
+            if current or rollout is not None:
+                self._metrics.rollout_state.labels(name, state.value).set(1 if current else 0)
+
+    # -- readiness and shutdown ------------------------------------------------------------------
 
     def all_ready(self) -> bool:
         """Every model that should serve has at least one READY version with a healthy instance."""
-        return all(entry.latest_ready() is not None for entry in self.models.values())
+        return all(entry.latest_ready() is not None for entry in self.models.values() if entry.wanted)
 
     async def aclose(self, drain_timeout_s: float) -> None:
+        self._closed = True
+        deadline = self.clock.now() + drain_timeout_s
         versions = [v for entry in self.models.values() for v in entry.versions.values()]
+        shadows = [e.traffic.shadow for e in self.models.values() if e.traffic is not None and e.traffic.shadow]
+        await asyncio.gather(*(s.aclose() for s in shadows))
         await asyncio.gather(*(v.aclose(drain_timeout_s) for v in versions))
-
-
-def _wire(instance: Instance, version: ModelVersion, warm: Callable[[Instance], Awaitable[None]]) -> None:
-    """Connect an instance to its version: health, restarts and losses reach the metrics and the
-    scheduler, and a restarted instance runs ``warm`` before it rejoins rotation."""
-    instance.on_health_change = _health_listener(version)
-    instance.on_restart = _restart_listener(version)
-    instance.on_lost = _lost_listener(version)
-    instance.warm = warm
-    if instance.pid is not None:  # in a worker process of its own: its CPU and memory too
-        version.metrics.track_worker(instance.name, functools.partial(_pid_of, instance))
-
-
-async def _warm_all(instances: list[Instance], warm: Callable[[Instance], Awaitable[None]]) -> None:
-    """Warm every instance side by side.
-
-    One that dies warming up (a worker killed, or out of memory) is left to its restart, which warms
-    it before it rejoins: it is out of rotation meanwhile, so no request meets it cold, and the
-    others serve. Only when every instance died does the version fail: then the warm-up itself is
-    the likely cause (an input that crashes the model), and a restart would only repeat it.
-    """
-    results = await asyncio.gather(*(warm(i) for i in instances), return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException) and not isinstance(result, InstanceDied):
-            raise result
-    died = [(i, r) for i, r in zip(instances, results, strict=True) if isinstance(r, InstanceDied)]
-    if len(died) == len(instances):
-        raise ModelLoadError(f"every instance died during warm-up (first: {died[0][1]})")
-    for instance, error in died:
-        log.warning("instance %s died during warm-up (%s); it rejoins once restarted and warmed", instance.name, error)
-
-
-def _health_listener(version: ModelVersion) -> Callable[[Instance, bool], None]:
-    def changed(instance: Instance, healthy: bool) -> None:
-        version.metrics.instance_health(instance.name, healthy)
-        if healthy:
-            version.scheduler.poke()  # requests may be waiting for this instance
-
-    return changed
-
-
-def _restart_listener(version: ModelVersion) -> Callable[[Instance], None]:
-    def restarted(instance: Instance) -> None:
-        version.metrics.instance_restart(instance.name)
-
-    return restarted
-
-
-def _pid_of(instance: Instance) -> int | None:
-    return instance.pid
-
-
-def _lost_listener(version: ModelVersion) -> Callable[[Instance], None]:
-    def lost(instance: Instance) -> None:
-        version.scheduler.fail_stranded()  # when nothing healthy is left, what is queued is answered now
-
-    return lost
-
-
-async def _close_all(instances: list[Instance]) -> None:
-    for instance in instances:
-        try:
-            await instance.aclose()
-        except Exception:
-            log.exception("closing instance %s after a failed load", instance.name)
+        if self._background:  # drains of replaced versions, bounded by what is left of the timeout
+            await asyncio.wait(set(self._background), timeout=max(0.0, deadline - self.clock.now()))

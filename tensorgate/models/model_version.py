@@ -106,7 +106,6 @@ class ModelVersion:
         await self.scheduler.aclose(timeout_s=max(0.0, deadline - self._clock.now()))
         await asyncio.gather(*(self._close_instance(instance) for instance in self.pool.instances))
         self.state = VersionState.UNLOADED
-        self.metrics.metrics.model_ready.labels(self.name, str(self.version)).set(0)
 
     async def _close_instance(self, instance: Instance) -> None:
         self.metrics.untrack_worker(instance.name)

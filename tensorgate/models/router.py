@@ -1,10 +1,17 @@
-"""ModelRouter: a model name and an optional version -> the one ModelVersion that serves it."""
+"""ModelRouter: a model name and an optional version -> the one ModelVersion that serves it.
+
+A version named in the request always wins. Otherwise a model with a traffic split (weights, or a
+canary's step) picks among its READY versions by the split, the sticky key's point or a random one;
+a model without one, or whose split names no READY version, gets its latest READY version (never a
+shadow, which only receives copies).
+"""
 
 from __future__ import annotations
 
 from tensorgate.errors import NotFound, Unavailable
 from tensorgate.models.manager import ModelEntry, ModelManager
 from tensorgate.models.model_version import ModelVersion
+from tensorgate.models.traffic import TrafficState, pick
 from tensorgate.repository.names import check_model_name
 
 
@@ -36,17 +43,37 @@ class ModelRouter:
         reason = entry.problem or "; ".join(s.reason for s in entry.statuses.values() if s.reason)
         raise Unavailable(f"model '{name}' has no loaded version" + (f": {reason}" if reason else ""))
 
-    def route(self, name: str, version: int | None) -> ModelVersion:
-        """The version that takes this request: the one asked for, or the latest READY one."""
-        entry = self.entry(name)
+    def route(self, name: str, version: int | None, traffic_key: str | None = None) -> ModelVersion:
+        """The version that takes this request: the one asked for, or the traffic split's choice."""
+        return self.route_entry(self.entry(name), name, version, traffic_key)
+
+    def route_entry(
+        self, entry: ModelEntry, name: str, version: int | None, traffic_key: str | None = None
+    ) -> ModelVersion:
         if version is not None:
             return _explicit(entry, name, version)
-        latest = entry.latest_ready()
-        if latest is None:
+        traffic = entry.traffic
+        chosen = entry.latest_ready() if traffic is None else _by_traffic(entry, traffic, traffic_key)
+        if chosen is None:
             if entry.versions:  # loaded but out of rotation (every instance down): counted on the newest
                 entry.versions[max(entry.versions)].metrics.outcome("unavailable")
             raise Unavailable(f"model '{name}' has no ready version", retry_after_s=1.0)
-        return latest
+        return chosen
+
+
+def _by_traffic(entry: ModelEntry, traffic: TrafficState, key: str | None) -> ModelVersion | None:
+    candidates = []
+    for number, weight in traffic.shares():
+        found = entry.versions.get(number)
+        if weight > 0 and found is not None and found.ready:
+            candidates.append((number, weight))
+    if candidates:
+        return entry.versions[pick(candidates, traffic.point(key))]
+    best: ModelVersion | None = None  # no split, or none of its versions is ready
+    for found in entry.versions.values():
+        if found.ready and found.version not in traffic.excluded and (best is None or found.version > best.version):
+            best = found
+    return best
 
 
 def _explicit(entry: ModelEntry, name: str, version: int) -> ModelVersion:

@@ -10,8 +10,10 @@ from typing import Any
 
 from tensorgate.errors import NotFound, TensorgateError
 from tensorgate.models.manager import ModelManager
-from tensorgate.models.model_version import VersionState
+from tensorgate.models.model_version import ModelVersion, VersionState
+from tensorgate.models.repository_control import RepositoryControl
 from tensorgate.models.router import ModelRouter
+from tensorgate.models.traffic import TrafficState
 from tensorgate.models.triton_config import triton_config
 from tensorgate.types import InferRequest, InferResponse, ModelMetadata
 
@@ -21,11 +23,14 @@ EXTENSIONS = ("binary_tensor_data", "schedule_policy", "statistics", "model_repo
 
 
 class InferenceService:
-    def __init__(self, manager: ModelManager) -> None:
+    def __init__(self, manager: ModelManager, repository: RepositoryControl | None = None) -> None:
         self.manager = manager
         self.router = ModelRouter(manager)
+        # The model control mode and the repository API (off unless the server sets explicit mode).
+        self.repository = repository if repository is not None else RepositoryControl(manager, "none", None)
         self.draining = False
         self.started = False
+        self._clock = manager.clock
 
     # -- health ----------------------------------------------------------------------------------
 
@@ -64,21 +69,20 @@ class InferenceService:
             found.metadata((found.version,)), found.specs.batch, found.scheduler.queue_settings, devices
         )
 
-    def index(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        for name, entry in sorted(self.manager.models.items()):
-            if not entry.statuses:
-                rows.append({"name": name, "state": "UNAVAILABLE", "reason": entry.problem})
-            for version, status in sorted(entry.statuses.items()):
-                rows.append(
-                    {
-                        "name": name,
-                        "version": str(version),
-                        "state": status.state.value,
-                        "reason": status.reason,
-                    }
-                )
-        return rows
+    def traffic(self, name: str) -> dict[str, Any]:
+        """The model's traffic split, canary rollout and shadow as they stand (``/v2/models/{m}/rollout``)."""
+        entry = self.router.entry(name)
+        if entry.traffic is None:
+            latest = entry.latest_ready()
+            return {"shares": {} if latest is None else {str(latest.version): 100.0}, "rollout": None, "shadow": None}
+        return entry.traffic.status()
+
+    def sticky_header(self, name: str) -> str | None:
+        """The lower-case header (gRPC metadata key) whose value pins a client to one version of a
+        model with a traffic split; None when the model has none (nothing to read)."""
+        entry = self.manager.models.get(name)
+        traffic = entry.traffic if entry is not None else None
+        return traffic.sticky_header if traffic is not None else None
 
     def statistics(self, name: str | None, version: int | None) -> list[dict[str, Any]]:
         """Per-version cumulative counters in the shape of Triton's statistics extension."""
@@ -123,9 +127,30 @@ class InferenceService:
 
     # -- inference -------------------------------------------------------------------------------
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        version = self.router.route(request.model, request.version)
-        return await version.infer(request)
+    async def infer(self, request: InferRequest, traffic_key: str | None = None) -> InferResponse:
+        """Route and run one request; ``traffic_key`` is its sticky key (see :meth:`sticky_header`)."""
+        entry = self.router.entry(request.model)
+        version = self.router.route_entry(entry, request.model, request.version, traffic_key)
+        traffic = entry.traffic
+        if traffic is None:
+            return await version.infer(request)
+        return await self._infer_with_traffic(traffic, version, request)
+
+    async def _infer_with_traffic(
+        self, traffic: TrafficState, version: ModelVersion, request: InferRequest
+    ) -> InferResponse:
+        """As ``infer``, and the rollout sees how it ended; the shadow may get a copy of it."""
+        started = self._clock.now()
+        try:
+            response = await version.infer(request)
+        except TensorgateError as exc:
+            traffic.observe(version.version, self._clock.now() - started, exc.http_status >= 500)
+            raise
+        traffic.observe(version.version, self._clock.now() - started, False)
+        shadow = traffic.shadow
+        if shadow is not None and version.version != shadow.version:
+            shadow.offer(request, response, self.router.entry(request.model).versions.get(shadow.version))
+        return response
 
     def count_failure(self, name: str, version: int | None, error: TensorgateError) -> None:
         """Count a request for a loaded model that failed before ``infer`` (e.g. an undecodable body)."""

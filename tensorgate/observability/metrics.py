@@ -52,6 +52,8 @@ LATENCY_BUCKETS = (
 )
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
 LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# The largest absolute difference between a shadow's outputs and the served ones: 0 to large.
+DIFFERENCE_BUCKETS = (0.0, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0)
 # Every outcome a request can end with: success, queue_full, and each reason of the error table.
 OUTCOMES = ("success", "queue_full", *dict.fromkeys(OUTCOME_BY_CODE.values()))
 
@@ -166,6 +168,50 @@ class Metrics:
             )
         )
         self.model_ready = r(Gauge("tensorgate_model_ready", "1 when the version is READY.", mv))
+        self.load_failures = r(Counter("tensorgate_model_load_failures", "Loads of a model version that failed.", mv))
+        self.config_errors = r(
+            Counter(
+                "tensorgate_model_config_errors",
+                "Model configurations found invalid by a repository poll or load; the old one kept serving.",
+                ["model"],
+            )
+        )
+        self.traffic_share = r(
+            Gauge(
+                "tensorgate_traffic_share",
+                "Percentage of the requests that name no version sent to each version (traffic split or canary).",
+                mv,
+            )
+        )
+        self.rollout_state = r(
+            Gauge(
+                "tensorgate_rollout_state",
+                "1 for the state a model's canary rollout is in (stepping, promoted, rolled_back), 0 for the others.",
+                ["model", "state"],
+            )
+        )
+        self.shadow_requests = r(
+            Counter(
+                "tensorgate_shadow_requests",
+                "Copies of served requests sent to a shadow version, by outcome (compared, shed, failed).",
+                [*mv, "outcome"],
+            )
+        )
+        self.shadow_mismatches = r(
+            Counter(
+                "tensorgate_shadow_mismatches",
+                "Shadow answers whose outputs differ from the served ones beyond the tolerance (or argmax).",
+                mv,
+            )
+        )
+        self.shadow_difference = r(
+            Histogram(
+                "tensorgate_shadow_max_abs_difference",
+                "The largest absolute difference between a shadow answer's outputs and the served ones.",
+                mv,
+                buckets=DIFFERENCE_BUCKETS,
+            )
+        )
         self.server_info = r(
             Gauge(
                 "tensorgate_server_info",

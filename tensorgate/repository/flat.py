@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tensorgate.config.model_config import InstanceGroup, ModelConfig
+from tensorgate.config.model_config import InstanceGroup, ModelConfig, VersionPolicy
 from tensorgate.config.server_config import FlatModelEntry
 from tensorgate.errors import ConfigError
 from tensorgate.repository.names import is_valid_model_name
@@ -37,6 +37,7 @@ def from_flat_entries(entries: list[FlatModelEntry], base_dir: Path, source: str
             dynamic_batching=first.dynamic_batching.to_dynamic_batching() if first.dynamic_batching else None,
             max_batch_size=first.dynamic_batching.max_batch_size if first.dynamic_batching else None,
             instance_group=[InstanceGroup(count=1, kind=first.device, devices=devices)],
+            version_policy=VersionPolicy(all=True),  # every version the file lists is served
         )
         sources.append(
             ModelSource(

@@ -15,7 +15,7 @@ from tensorgate.config.model_config import ModelConfig
 from tensorgate.errors import ConfigError
 from tensorgate.repository.names import is_valid_model_name, is_valid_version
 from tensorgate.repository.source import ModelSource, VersionSource
-from tensorgate.repository.version_policy import select_versions
+from tensorgate.repository.version_policy import served_versions
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +40,18 @@ def _detect_backend(version_dirs: list[Path]) -> str | None:
     return None
 
 
-def scan_model(root: Path, model_dir: Path) -> ModelSource:
-    """One model directory. Problems are recorded on the source, so one bad model fails alone."""
+def scan_model(root: Path, model_dir: Path, override: ModelConfig | None = None) -> ModelSource:
+    """One model directory. Problems are recorded on the source, so one bad model fails alone.
+
+    ``override`` replaces the directory's ``config.yaml`` (the repository API's ``config`` parameter).
+    """
     name = model_dir.name
     problems: list[str] = []
     config = ModelConfig()
     config_path = model_dir / CONFIG_FILE
-    if config_path.exists():
+    if override is not None:
+        config = override
+    elif config_path.exists():
         if not _inside(root, config_path):
             problems.append(f"{name}/{CONFIG_FILE} points outside the model repository")
         else:
@@ -67,7 +72,8 @@ def scan_model(root: Path, model_dir: Path) -> ModelSource:
         version_dirs[int(child.name)] = child
 
     backend = config.backend or _detect_backend(list(version_dirs.values()))
-    versions: list[VersionSource] = []
+    on_disk: list[VersionSource] = []
+    served: set[int] = set()
     if backend is None:
         if not problems:
             problems.append(
@@ -76,16 +82,24 @@ def scan_model(root: Path, model_dir: Path) -> ModelSource:
             )
         backend = "unknown"
     else:
-        for version in select_versions(config.version_policy, version_dirs):
-            directory = version_dirs[version]
+        served = set(served_versions(config, version_dirs))
+        for version, directory in sorted(version_dirs.items()):
             artifact = directory / _ARTIFACTS[backend] if backend in _ARTIFACTS else directory
             if not _inside(root, artifact):
-                problems.append(f"{name}/{version}: {artifact.name} is missing or points outside the repository")
+                if version in served:
+                    problems.append(f"{name}/{version}: {artifact.name} is missing or points outside the repository")
                 continue
-            versions.append(VersionSource(version, artifact, directory))
-        if not versions and not problems:
+            on_disk.append(VersionSource(version, artifact, directory))
+        if not any(v.version in served for v in on_disk) and not problems:
             problems.append(f"{name}: the version policy selects no version on disk")
-    return ModelSource(name=name, backend=backend, config=config, versions=tuple(versions), problems=tuple(problems))
+    return ModelSource(
+        name=name,
+        backend=backend,
+        config=config,
+        versions=tuple(v for v in on_disk if v.version in served),
+        problems=tuple(problems),
+        on_disk=tuple(on_disk),
+    )
 
 
 def scan_repository(root: Path) -> list[ModelSource]:

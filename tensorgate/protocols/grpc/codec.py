@@ -182,6 +182,19 @@ def encode_statistics(rows: list[dict[str, Any]]) -> Any:
     return json_format.ParseDict({"model_stats": rows}, pb.ModelStatisticsResponse())
 
 
+def load_config(parameters: Any) -> str | None:
+    """The ``config`` override of a RepositoryModelLoad; model files in the request (``file:``
+    parameters) are refused, as over HTTP: only what the repository holds is loaded."""
+    if any(key.startswith("file:") for key in parameters):
+        raise InvalidInput("this server loads models only from its repository; 'file:' parameters are refused")
+    if "config" not in parameters:
+        return None
+    value = parameters["config"]
+    if value.WhichOneof("parameter_choice") != "string_param":
+        raise InvalidInput("the 'config' parameter must be a string holding a JSON model configuration")
+    return str(value.string_param)
+
+
 def encode_index(rows: list[dict[str, Any]], ready_only: bool) -> Any:
     message = pb.RepositoryIndexResponse()
     for row in rows:

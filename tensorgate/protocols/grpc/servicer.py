@@ -23,7 +23,6 @@ from tensorgate.errors import (
     InternalError,
     InvalidInput,
     NotFound,
-    PermissionDenied,
     TensorgateError,
 )
 from tensorgate.models.service import InferenceService
@@ -51,7 +50,6 @@ STREAM_WINDOW = 64
 @dataclass(frozen=True, slots=True)
 class GrpcSettings:
     limits: codec.GrpcLimits
-    management: bool = False
     access: AccessLog | None = None  # the server's access log, shared with HTTP
 
 
@@ -147,28 +145,32 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     # -- repository (management) -----------------------------------------------------------------
 
-    def _management(self) -> None:
-        if not self._settings.management:
-            raise PermissionDenied("the model repository API is disabled on this server")
+    def _authorize(self, context: Any) -> None:
+        """As HTTP, before anything else: PERMISSION_DENIED unless the mode is explicit, then
+        UNAUTHENTICATED without an admin key in the ``authorization`` metadata."""
+        self._service.repository.authorize(_metadata(context).get("authorization"))
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
-            self._management()  # as HTTP: /v2/repository is refused while management is off
-            return codec.encode_index(self._service.index(), request.ready)
+            self._authorize(context)
+            return codec.encode_index(await self._service.repository.index(), request.ready)
 
         return await self._guard(context, call)
 
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
-            self._management()
-            raise PermissionDenied("loading models over the API is not supported by this server")
+            self._authorize(context)
+            name = check_model_name(request.model_name)
+            await self._service.repository.load(name, codec.load_config(request.parameters))
+            return pb.RepositoryModelLoadResponse()
 
         return await self._guard(context, call)
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
-            self._management()
-            raise PermissionDenied("unloading models over the API is not supported by this server")
+            self._authorize(context)
+            await self._service.repository.unload(check_model_name(request.model_name))
+            return pb.RepositoryModelUnloadResponse()
 
         return await self._guard(context, call)
 
@@ -218,7 +220,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 self._service.count_failure(message.model_name, codec.optional_version(message.model_version), exc)
             raise
         request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent)
-        response = await self._service.infer(request)
+        sticky = self._service.sticky_header(request.model)
+        key = None if sticky is None else _metadata(context).get(sticky)
+        response = await self._service.infer(request, key)
         served.version, served.queue_s, served.compute_s = str(response.version), response.queue_s, response.compute_s
         span.record(response)
         with span.child("encode"):

@@ -18,10 +18,11 @@ from tensorgate.clock import Clock
 from tensorgate.errors import (
     Cancelled,
     InternalError,
+    InvalidInput,
     MethodNotAllowed,
     NotFound,
-    PermissionDenied,
     TensorgateError,
+    Unauthenticated,
     Unavailable,
     UnsupportedMedia,
 )
@@ -76,7 +77,6 @@ class _WrongMethod(MethodNotAllowed):
 class HttpSettings:
     max_body_bytes: int
     limits: DecodeLimits
-    management: bool = False
 
 
 @dataclass(slots=True)
@@ -202,9 +202,9 @@ class HttpApp:
                 rest = rest[2:]
             await self._model_route(call, name, version, rest, receive, send)
         elif parts[0] == "repository":
-            if not self._settings.management:
-                raise PermissionDenied("the model repository API is disabled on this server")
-            raise NotFound(f"no route for {call.path[:200]}")
+            # Before any of the body is read: 403 unless the mode is explicit, 401 without an admin key.
+            self._service.repository.authorize(call.header(b"authorization"))
+            await self._repository_route(call, parts[1:], receive, send)
         else:
             raise NotFound(f"no route for {call.path[:200]}")
 
@@ -227,8 +227,38 @@ class HttpApp:
         elif action == "config":  # Triton's model configuration extension (tritonclient's get_model_config)
             self._only(call, "GET")
             await self._json(call, send, 200, self._service.config(name, version))
+        elif action == "rollout" and version is None:  # traffic split, canary rollout and shadow
+            self._only(call, "GET")
+            await self._json(call, send, 200, self._service.traffic(name))
         else:
             raise NotFound(f"no route for {call.path[:200]}")
+
+    async def _repository_route(self, call: Call, parts: list[str], receive: Receive, send: Send) -> None:
+        """Triton's model repository extension: index, load (with an optional config), unload."""
+        repository = self._service.repository
+        if parts == ["index"]:
+            self._only(call, "POST")
+            document = await self._management_body(call, receive)
+            rows = await repository.index(ready_only=document.get("ready") is True)
+            await self._json(call, send, 200, rows)
+        elif len(parts) == 3 and parts[0] == "models" and parts[2] in ("load", "unload"):
+            self._only(call, "POST")
+            name = check_model_name(parts[1])
+            call.model = name
+            parameters = (await self._management_body(call, receive)).get("parameters") or {}
+            if not isinstance(parameters, dict):
+                raise InvalidInput("'parameters' must be an object")
+            if parts[2] == "load":
+                await repository.load(name, _load_config(parameters))
+            else:
+                await repository.unload(name)  # unload_dependents is accepted: no model depends on another
+            await self._empty(call, send, 200)
+        else:
+            raise NotFound(f"no route for {call.path[:200]}")
+
+    async def _management_body(self, call: Call, receive: Receive) -> dict[str, Any]:
+        body = await self._body(call, receive)
+        return loads_object(body, self._settings.limits) if body.strip() else {}
 
     async def _route_v1(self, call: Call, parts: list[str], receive: Receive, send: Send) -> None:
         # /v1/models/{m}[:predict] or /v1/models/{m}/versions/{v}[:predict]
@@ -341,8 +371,10 @@ class HttpApp:
             if span.traceparent is not None:  # None when tracing is off: no copy of the request
                 request = replace(request, traceparent=span.traceparent)
             watch = call.connection.arm(task) if call.connection is not None else None
+            sticky = self._service.sticky_header(request.model)
+            key = None if sticky is None else call.header(sticky.encode("latin-1"))
             try:
-                response = await self._service.infer(request)
+                response = await self._service.infer(request, key)
             except asyncio.CancelledError:
                 if watch is not None and watch.disconnected:
                     task.uncancel()
@@ -412,6 +444,8 @@ class HttpApp:
             headers.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
         if isinstance(exc, _WrongMethod):  # a 405 names the methods the route takes (RFC 9110 15.5.6)
             headers.append((b"allow", exc.allow))
+        if isinstance(exc, Unauthenticated):  # a 401 names the scheme to use (RFC 9110 11.6.1)
+            headers.append((b"www-authenticate", b'Bearer realm="tensorgate"'))
         try:
             await self._send(call, send, exc.http_status, dumps({"error": exc.message}), headers)
         except Exception:  # the response had already started, or the client is gone
@@ -432,6 +466,17 @@ class HttpApp:
             call.compute_s,
             self._clock.now() - started,
         )
+
+
+def _load_config(parameters: dict[str, Any]) -> str | None:
+    """The ``config`` override of a load request. Model files in the request (Triton's ``file:``
+    parameters) are refused: this server loads only what its repository holds."""
+    if any(isinstance(key, str) and key.startswith("file:") for key in parameters):
+        raise InvalidInput("this server loads models only from its repository; 'file:' parameters are refused")
+    config = parameters.get("config")
+    if config is not None and not isinstance(config, str):
+        raise InvalidInput("the 'config' parameter must be a string holding a JSON model configuration")
+    return config
 
 
 def _decode_v1(

@@ -1,0 +1,204 @@
+"""Building one model version: start its instances, resolve its specs, warm it up.
+
+The ModelManager decides what to load and when traffic moves; this module does one load and either
+returns a warm version that is not yet serving, or raises :class:`ModelLoadError` with a reason a
+client may read (the detail that could hold paths goes to the log), having closed what it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+
+from tensorgate.backends.base import LoadSpec
+from tensorgate.backends.registry import missing_runtime
+from tensorgate.clock import Clock
+from tensorgate.config.model_config import DynamicBatching
+from tensorgate.errors import ModelLoadError
+from tensorgate.instances.base import Instance, InstanceDied
+from tensorgate.instances.factory import create_instance, placements
+from tensorgate.instances.pool import InstancePool
+from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
+from tensorgate.models.specs import resolve_specs
+from tensorgate.models.warmup import warm_up
+from tensorgate.observability.metrics import Metrics
+from tensorgate.observability.tracing import Tracer
+from tensorgate.repository.source import ModelSource, VersionSource
+from tensorgate.scheduling.scheduler import QueueSettings
+
+log = logging.getLogger(__name__)
+
+_PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "python": "python", "llm": "pytorch_causal_lm"}
+
+
+def _queue_settings(db: DynamicBatching | None) -> QueueSettings:
+    db = db or DynamicBatching()
+    return QueueSettings(
+        priority_levels=db.priority_levels,
+        default_priority=db.default_priority,
+        max_queue_size=db.max_queue_size,
+        default_timeout_s=None if db.default_timeout_ms is None else db.default_timeout_ms / 1000.0,
+    )
+
+
+async def build_version(
+    source: ModelSource,
+    vsource: VersionSource,
+    status: VersionStatus,
+    clock: Clock,
+    metrics: Metrics,
+    tracer: Tracer,
+    generation: int = 0,
+) -> ModelVersion:
+    """Load and warm one version; ``status`` follows it (LOADING, WARMING). Raises ModelLoadError.
+
+    ``generation`` counts earlier loads of the same version number in this server, so the instances
+    of a reload are named apart from those of the copy that is still draining.
+    """
+    try:
+        if source.backend == "llm":  # generative: a continuous-batching engine instead of instances
+            from tensorgate.models.generative import load_generative_version  # imports torch
+
+            return await load_generative_version(source, vsource, status, clock, metrics)
+        return await _build_batching(source, vsource, status, clock, metrics, tracer, generation)
+    except ModelLoadError:
+        raise
+    except ModuleNotFoundError as exc:  # an optional runtime this backend needs is not installed
+        raise ModelLoadError(missing_runtime(source.backend, exc)) from exc
+    except Exception as exc:  # a backend bug must fail this version, not the server
+        log.exception("model %s version %d failed to load", source.name, vsource.version)
+        raise ModelLoadError("the backend failed to load the model; see the server log") from exc
+
+
+async def _build_batching(
+    source: ModelSource,
+    vsource: VersionSource,
+    status: VersionStatus,
+    clock: Clock,
+    metrics: Metrics,
+    tracer: Tracer,
+    generation: int,
+) -> ModelVersion:
+    name, version = source.name, vsource.version
+    started = clock.now()
+    instances: list[Instance] = []
+    suffix = "" if generation == 0 else f"_r{generation}"
+    try:
+        for index, placement in enumerate(placements(source.config.instance_group, source.device_id)):
+            spec = LoadSpec(name, version, vsource.artifact, vsource.directory, source.config, placement.device)
+            instance = create_instance(f"{name}_{version}_{index}{suffix}", source.backend, spec, placement)
+            instances.append(instance)
+            await instance.start()
+        first = instances[0]
+        specs = resolve_specs(
+            name, first.input_specs(), first.output_specs(), source.config, source.request_input_shape
+        )
+        vmetrics = metrics.for_version(name, version)
+        metrics.load_seconds.labels(name, str(version)).observe(clock.now() - started)
+        model_version = ModelVersion(
+            name,
+            version,
+            _PLATFORMS.get(source.backend, source.backend),
+            specs,
+            InstancePool(instances),
+            _queue_settings(source.config.dynamic_batching),
+            clock,
+            vmetrics,
+            tracer,
+        )
+        warm = functools.partial(
+            warm_up,
+            samples=source.config.warmup,
+            specs=specs.inputs,
+            batched=specs.max_batch_size > 0,
+            directory=vsource.directory,
+        )
+        # Wired before the warm-up: a worker that dies warming up is restarted, warmed and
+        # counted like one that dies serving.
+        for instance in instances:
+            _wire(instance, model_version, warm)
+        status.state = VersionState.WARMING
+        warm_started = clock.now()
+        await _warm_all(instances, warm)
+        metrics.warmup_seconds.labels(name, str(version)).observe(clock.now() - warm_started)
+    except BaseException:  # a failed load, or a cancelled one (shutdown): nothing it started survives it
+        await _close_all(instances)
+        raise
+    for instance in instances:  # published once warm, so a version that failed shows no healthy instance
+        vmetrics.instance_health(instance.name, instance.healthy)
+    log.info(
+        "model %s version %d is warm (%d instance(s), max batch %d, %.0f ms)",
+        name,
+        version,
+        len(instances),
+        specs.max_batch_size,
+        (clock.now() - started) * 1000,
+    )
+    return model_version
+
+
+def _wire(instance: Instance, version: ModelVersion, warm: Callable[[Instance], Awaitable[None]]) -> None:
+    """Connect an instance to its version: health, restarts and losses reach the metrics and the
+    scheduler, and a restarted instance runs ``warm`` before it rejoins rotation."""
+    instance.on_health_change = _health_listener(version)
+    instance.on_restart = _restart_listener(version)
+    instance.on_lost = _lost_listener(version)
+    instance.warm = warm
+    if instance.pid is not None:  # in a worker process of its own: its CPU and memory too
+        version.metrics.track_worker(instance.name, functools.partial(_pid_of, instance))
+
+
+async def _warm_all(instances: list[Instance], warm: Callable[[Instance], Awaitable[None]]) -> None:
+    """Warm every instance side by side.
+
+    One that dies warming up (a worker killed, or out of memory) is left to its restart, which warms
+    it before it rejoins: it is out of rotation meanwhile, so no request meets it cold, and the
+    others serve. Only when every instance died does the version fail: then the warm-up itself is
+    the likely cause (an input that crashes the model), and a restart would only repeat it.
+    """
+    results = await asyncio.gather(*(warm(i) for i in instances), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, InstanceDied):
+            raise result
+    died = [(i, r) for i, r in zip(instances, results, strict=True) if isinstance(r, InstanceDied)]
+    if len(died) == len(instances):
+        raise ModelLoadError(f"every instance died during warm-up (first: {died[0][1]})")
+    for instance, error in died:
+        log.warning("instance %s died during warm-up (%s); it rejoins once restarted and warmed", instance.name, error)
+
+
+def _health_listener(version: ModelVersion) -> Callable[[Instance, bool], None]:
+    def changed(instance: Instance, healthy: bool) -> None:
+        version.metrics.instance_health(instance.name, healthy)
+        if healthy:
+            version.scheduler.poke()  # requests may be waiting for this instance
+
+    return changed
+
+
+def _restart_listener(version: ModelVersion) -> Callable[[Instance], None]:
+    def restarted(instance: Instance) -> None:
+        version.metrics.instance_restart(instance.name)
+
+    return restarted
+
+
+def _pid_of(instance: Instance) -> int | None:
+    return instance.pid
+
+
+def _lost_listener(version: ModelVersion) -> Callable[[Instance], None]:
+    def lost(instance: Instance) -> None:
+        version.scheduler.fail_stranded()  # when nothing healthy is left, what is queued is answered now
+
+    return lost
+
+
+async def _close_all(instances: list[Instance]) -> None:
+    for instance in instances:
+        try:
+            await instance.aclose()
+        except Exception:
+            log.exception("closing instance %s after a failed load", instance.name)
