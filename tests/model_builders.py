@@ -123,3 +123,65 @@ def metric(url: str, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
+
+
+# Answers with its own version number in every element of OUTPUT, so a test can tell which
+# version computed an answer (and compare it with the answer's model_version). The constants are
+# written per version directory: one version can be slow, or fail every n-th batch.
+VERSION_MODEL = """
+import time
+
+import numpy as np
+
+from tensorgate import PythonModel
+
+DELAY_S = {delay_s!r}
+FAIL_EVERY = {fail_every!r}
+
+
+class Versioned(PythonModel):
+    def load(self, context):
+        self.version = float(context.version)
+        self.calls = 0
+
+    def execute(self, inputs):
+        self.calls += 1
+        if DELAY_S:
+            time.sleep(DELAY_S)
+        if FAIL_EVERY and self.calls % FAIL_EVERY == 0:
+            raise RuntimeError("a planted failure")
+        return {{"OUTPUT": np.full(inputs["INPUT"].shape, self.version, dtype=np.float32)}}
+"""
+
+
+def write_version(
+    model_dir: Path, version: int, *, delay_ms: float = 0.0, fail_every: int = 0, staging: Path | None = None
+) -> Path:
+    """One version directory of a VERSION_MODEL model. With ``staging``, the directory is written
+    there and moved into place in one rename, as a deployment tool would."""
+    target = model_dir / str(version)
+    where = staging / f"{model_dir.name}-{version}" if staging is not None else target
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "model.py").write_text(VERSION_MODEL.format(delay_s=delay_ms / 1000.0, fail_every=fail_every))
+    if staging is not None:
+        where.rename(target)
+    return target
+
+
+def write_versioned_model(repo: Path, name: str, versions: list[int], *, width: int = 4, **config: Any) -> Path:
+    """A VERSION_MODEL model ``INPUT`` FP32 [-1, width] -> ``OUTPUT`` (its version) with these versions."""
+    model_dir = write_python_model(repo, name, code=VERSION_MODEL.format(delay_s=0.0, fail_every=0), width=width, **config)
+    for version in versions:
+        if version != 1:
+            write_version(model_dir, version)
+    if 1 not in versions:
+        for child in (model_dir / "1").iterdir():
+            child.unlink()
+        (model_dir / "1").rmdir()
+    return model_dir
+
+
+def write_admin_keys(directory: Path, *keys: str) -> Path:
+    path = directory / "admin_keys"
+    path.write_text("# admin keys for the repository API\n" + "".join(f"{key}\n" for key in keys))
+    return path

@@ -4,6 +4,7 @@
 - ``poll``: a task rescans the repository every ``poll_s`` and hands each change to the manager
   (scanning runs in a thread, so no poll ever holds up the event loop or a request).
 - ``explicit``: the repository API (index, load, unload) changes what serves; it needs an admin key.
+  In poll mode the API's index (which changes nothing) answers too, to an admin key.
 
 The API never takes a path, a URL or a file from the request: it loads only what the repository
 holds, with an optional configuration override given as JSON.
@@ -105,14 +106,19 @@ class RepositoryControl:
 
     # -- the repository API (explicit mode) ------------------------------------------------------
 
-    def authorize(self, authorization: str | None) -> None:
-        """Before anything of a repository API request is read: 403 unless the mode is explicit,
-        then 401 without a valid admin key."""
-        if self.mode != "explicit" or self._admin_keys is None:
+    def authorize(self, authorization: str | None, *, changes: bool) -> None:
+        """Before anything of a repository API request is read. Load and unload (``changes``) need
+        explicit mode; the index, which changes nothing, is also open in poll mode. Either needs
+        admin keys to be configured (403 otherwise) and one of them in the request (401)."""
+        allowed = ("explicit",) if changes else ("explicit", "poll")
+        if self.mode not in allowed:
+            needed = "explicit" if changes else "poll or explicit"
             raise PermissionDenied(
                 f"the model repository API is disabled on this server (model control mode '{self.mode}'; "
-                "it needs 'explicit')"
+                f"this call needs {needed})"
             )
+        if self._admin_keys is None:
+            raise PermissionDenied("the model repository API needs admin keys (server.admin_keys_file)")
         self._admin_keys.check(authorization)
 
     async def index(self, ready_only: bool = False) -> list[dict[str, Any]]:

@@ -145,14 +145,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     # -- repository (management) -----------------------------------------------------------------
 
-    def _authorize(self, context: Any) -> None:
-        """As HTTP, before anything else: PERMISSION_DENIED unless the mode is explicit, then
-        UNAUTHENTICATED without an admin key in the ``authorization`` metadata."""
-        self._service.repository.authorize(_metadata(context).get("authorization"))
+    def _authorize(self, context: Any, *, changes: bool = True) -> None:
+        """As HTTP, before anything else: PERMISSION_DENIED where the mode does not allow the call,
+        then UNAUTHENTICATED without an admin key in the ``authorization`` metadata."""
+        self._service.repository.authorize(_metadata(context).get("authorization"), changes=changes)
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
-            self._authorize(context)
+            self._authorize(context, changes=False)
             return codec.encode_index(await self._service.repository.index(), request.ready)
 
         return await self._guard(context, call)

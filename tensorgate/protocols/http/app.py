@@ -203,7 +203,7 @@ class HttpApp:
             await self._model_route(call, name, version, rest, receive, send)
         elif parts[0] == "repository":
             # Before any of the body is read: 403 unless the mode is explicit, 401 without an admin key.
-            self._service.repository.authorize(call.header(b"authorization"))
+            self._service.repository.authorize(call.header(b"authorization"), changes=parts[1:] != ["index"])
             await self._repository_route(call, parts[1:], receive, send)
         else:
             raise NotFound(f"no route for {call.path[:200]}")
@@ -214,7 +214,10 @@ class HttpApp:
         action = rest[0] if len(rest) == 1 else ("" if not rest else None)
         if action == "":
             self._only(call, "GET")
-            await self._json(call, send, 200, self._service.metadata(name, version).to_v2())
+            document = self._service.metadata(name, version).to_v2()
+            if version is None:  # beside V2's fields: what each version is doing, and why one failed
+                document["version_states"] = self._service.version_states(name)
+            await self._json(call, send, 200, document)
         elif action == "ready":
             self._only(call, "GET")
             await self._empty(call, send, 200 if self._service.model_ready(name, version) else 400)

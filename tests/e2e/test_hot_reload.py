@@ -1,0 +1,220 @@
+"""Hot reload in poll mode (reliability.md H-1, H-2): versions copied into the repository under load
+swap without a failed request; half-copied, corrupt and invalid changes never disturb what serves.
+
+The server polls every 0.2 s; a change is applied once two scans agree on it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnx
+import pytest
+import yaml
+from load_loop import Answer, Load
+from model_builders import metric, v2_body, wait_until, write_admin_keys, write_version, write_versioned_model
+from onnx import TensorProto, helper, numpy_helper
+
+from tensorgate.testing import ServerProcess
+
+POLL = ("--model-control", "poll", "--repository-poll-secs", "0.2")
+ADMIN_KEY = "hot-reload-admin-key-0123456789"
+
+
+def _log_times(server: ServerProcess, model: str, event: str) -> dict[int, float]:
+    """When each version of ``model`` logged ``event`` ("is READY", "is draining"), as time.time()."""
+    times = {}
+    prefix = f"model {model} version "
+    for record in server.log_records():
+        message = str(record.get("message", ""))
+        if message.startswith(prefix) and message.endswith(event):
+            version = int(message[len(prefix) :].split()[0])
+            stamp = datetime.datetime.strptime(record["ts"], "%Y-%m-%dT%H:%M:%S.%fZ")
+            times[version] = stamp.replace(tzinfo=datetime.UTC).timestamp()
+    return times
+
+
+def _versions_seen_after(answers: list[Answer], version: str) -> bool:
+    """Every client has had an answer from ``version``."""
+    return len({a.client for a in answers if a.version == version}) == 16
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "models"
+    root.mkdir()
+    return root
+
+
+async def test_h1_versions_copied_in_under_load_swap_with_no_failed_request(repo: Path, tmp_path: Path) -> None:
+    model_dir = write_versioned_model(repo, "m", [1], dynamic_batching={"max_queue_delay_ms": 1})
+    with ServerProcess("--model-repository", str(repo), *POLL, "--no-access-log") as server:
+        async with Load(f"{server.url}/v2/models/m/infer", clients=16, body=v2_body([[0, 0, 0, 0]])) as load:
+            await load.until(lambda answers: len(answers) >= 200)
+            for version in (2, 3, 4):
+                write_version(model_dir, version, delay_ms=1, staging=tmp_path)
+                await load.until(lambda answers, v=str(version): _versions_seen_after(answers, v))
+            answers = list(load.answers)
+        ready = _log_times(server, "m", "is READY")
+        draining = _log_times(server, "m", "is draining")
+    assert load.failures() == [], load.failures()[:3]
+    assert {a.version for a in answers} == {"1", "2", "3", "4"}
+    # The version that computed each answer is the one the answer names: admitted to v1, finished on v1.
+    assert all(a.computed_by == float(a.version) for a in answers)
+    for answer in answers:  # READY before the answer came, and not yet draining when it was sent
+        number = int(answer.version)
+        assert ready.get(number, 0.0) <= answer.received + 0.005
+        assert answer.sent <= draining.get(number, float("inf")) + 0.005
+    for client in range(16):  # latest: 1, so each client moves forward only, one version at a time
+        seen = [int(a.version) for a in answers if a.client == client]
+        assert seen == sorted(seen)
+    assert sorted(draining) == [1, 2, 3]
+
+
+def _big_onnx(factor: float, megabytes: int) -> bytes:
+    """y = x * factor, with a large unused initializer so the file takes a while to write."""
+    k = numpy_helper.from_array(np.array([factor], dtype=np.float32), "k")
+    pad = numpy_helper.from_array(np.zeros(megabytes * 262_144, dtype=np.float32), "pad")
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "k"], ["y"])],
+        "scale",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])],
+        [k, pad],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _answer(client: httpx.Client, url: str) -> tuple[str, float]:
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 1]}]}
+    response = client.post(f"{url}/v2/models/scale/infer", json=body)
+    assert response.status_code == 200, response.text
+    document = response.json()
+    return document["model_version"], document["outputs"][0]["data"][0]
+
+
+@pytest.fixture
+def scale_server(repo: Path, tmp_path: Path) -> Iterator[tuple[ServerProcess, Path]]:
+    (repo / "scale" / "1").mkdir(parents=True)
+    (repo / "scale" / "1" / "model.onnx").write_bytes(_big_onnx(1.0, 1))
+    keys = write_admin_keys(tmp_path, ADMIN_KEY)
+    with ServerProcess("--model-repository", str(repo), *POLL, "--admin-keys-file", str(keys)) as server:
+        yield server, repo / "scale"
+
+
+def test_a_model_written_slowly_is_loaded_only_once_complete(scale_server: tuple[ServerProcess, Path]) -> None:
+    server, model_dir = scale_server
+    data = _big_onnx(2.0, 16)
+    (model_dir / "2").mkdir()
+    chunks = [data[i : i + len(data) // 40] for i in range(0, len(data), len(data) // 40)]
+    with httpx.Client(timeout=10.0) as client, open(model_dir / "2" / "model.onnx", "wb") as out:
+        for chunk in chunks:  # a slow copy: each scan 0.2 s apart sees the file grow
+            out.write(chunk)
+            out.flush()
+            assert _answer(client, server.url) == ("1", 1.0)  # v1 serves throughout
+            time.sleep(0.02)
+        out.close()
+        wait_until(lambda: _answer(client, server.url) == ("2", 2.0), timeout_s=30)
+    # Never tried half-written: no failed load, and v2 loaded once.
+    assert metric(server.metrics_url, "tensorgate_model_load_failures_total", model="scale") == 0
+    assert metric(server.metrics_url, "tensorgate_model_load_duration_seconds_count", model="scale", version="2") == 1
+
+
+def test_a_corrupt_version_leaves_the_serving_one_and_loads_once_fixed(
+    scale_server: tuple[ServerProcess, Path], tmp_path: Path
+) -> None:
+    server, model_dir = scale_server
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / "model.onnx").write_bytes(b"not an onnx model at all")
+    (tmp_path / "v2").rename(model_dir / "2")
+    auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with httpx.Client(timeout=10.0) as client:
+
+        def state_of_2() -> dict[str, str]:
+            rows = client.post(f"{server.url}/v2/repository/index", headers=auth).json()
+            return next((r for r in rows if r["name"] == "scale" and r["version"] == "2"), {})
+
+        wait_until(lambda: state_of_2().get("state") == "FAILED")
+        assert state_of_2()["reason"]
+        states = {s["version"]: s for s in client.get(f"{server.url}/v2/models/scale").json()["version_states"]}
+        assert states["2"]["state"] == "FAILED" and states["1"]["state"] == "READY"
+        assert [_answer(client, server.url) for _ in range(50)] == [("1", 1.0)] * 50  # all of it to v1
+        assert client.get(f"{server.url}/v2/health/ready").status_code == 200
+        pinned = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 1]}]}
+        assert client.post(f"{server.url}/v2/models/scale/versions/2/infer", json=pinned).status_code == 503
+        # Fixed in place: the changed file is tried again, and v2 takes over.
+        (model_dir / "2" / "model.onnx").write_bytes(_big_onnx(2.0, 1))
+        wait_until(lambda: _answer(client, server.url) == ("2", 2.0), timeout_s=30)
+        wait_until(lambda: state_of_2().get("state") == "READY")
+    assert metric(server.metrics_url, "tensorgate_model_load_failures_total", model="scale", version="2") == 1
+
+
+def _config(model_dir: Path) -> dict[str, object]:
+    return dict(yaml.safe_load((model_dir / "config.yaml").read_text()))
+
+
+def _write_config(model_dir: Path, document: dict[str, object]) -> None:
+    staged = model_dir / ".config.yaml.new"
+    staged.write_text(yaml.safe_dump(document))
+    staged.replace(model_dir / "config.yaml")
+
+
+def test_a_changed_config_reloads_the_model_and_an_invalid_one_is_refused(repo: Path) -> None:
+    model_dir = write_versioned_model(repo, "m", [1])
+    with ServerProcess("--model-repository", str(repo), *POLL) as server, httpx.Client(timeout=10.0) as client:
+        url = f"{server.url}/v2/models/m"
+
+        def max_batch() -> object:
+            return client.get(f"{url}/config").json()["max_batch_size"]
+
+        assert max_batch() == 8
+        document = _config(model_dir)
+        _write_config(model_dir, {**document, "max_batch_size": 4})
+        wait_until(lambda: max_batch() == 4, timeout_s=30)
+        body = v2_body([[0, 0, 0, 0]] * 6)
+        assert client.post(f"{url}/infer", json=body).status_code == 400  # the new limit holds
+        # An invalid config: logged with its file, key and expectation; counted; the old one serves on.
+        _write_config(model_dir, {**document, "max_batch_size": -3})
+        wait_until(lambda: metric(server.metrics_url, "tensorgate_model_config_errors_total", model="m") == 1)
+        assert max_batch() == 4
+        assert client.post(f"{url}/infer", json=v2_body([[0, 0, 0, 0]])).status_code == 200
+        assert client.get(f"{server.url}/v2/health/ready").status_code == 200
+        errors = [r["message"] for r in server.log_records() if r.get("level") == "error"]
+    assert any("config.yaml" in m and "max_batch_size" in m and "greater than or equal to 0" in m for m in errors)
+
+
+def test_a_new_model_is_loaded_and_a_removed_one_unloaded_after_its_drain(repo: Path, tmp_path: Path) -> None:
+    write_versioned_model(repo, "stays", [1])
+    write_versioned_model(repo, "goes", [1], parameters={})
+    slow = repo / "goes" / "1" / "model.py"
+    slow.write_text(slow.read_text().replace("DELAY_S = 0.0", "DELAY_S = 2.0"))
+    with ServerProcess("--model-repository", str(repo), *POLL) as server, httpx.Client(timeout=10.0) as client:
+        staged = write_versioned_model(tmp_path, "arrives", [1])
+        shutil.move(staged, repo / "arrives")
+        wait_until(lambda: client.get(f"{server.url}/v2/models/arrives/ready").status_code == 200, timeout_s=30)
+        assert client.post(f"{server.url}/v2/models/arrives/infer", json=v2_body([[0] * 4])).json()["model_version"]
+        # A request running on "goes" when its directory disappears still gets its answer.
+        result: dict[str, int] = {}
+
+        def slow_request() -> None:
+            with httpx.Client(timeout=10.0) as own:
+                result["status"] = own.post(f"{server.url}/v2/models/goes/infer", json=v2_body([[0] * 4])).status_code
+
+        thread = threading.Thread(target=slow_request)
+        thread.start()
+        wait_until(lambda: metric(server.metrics_url, "tensorgate_inflight_requests", model="goes") == 1)
+        shutil.rmtree(repo / "goes")
+        thread.join(10)
+        assert result == {"status": 200}
+        wait_until(lambda: client.get(f"{server.url}/v2/models/goes").status_code == 404, timeout_s=30)
+        assert client.get(f"{server.url}/v2/health/ready").status_code == 200
+        assert client.post(f"{server.url}/v2/models/stays/infer", json=v2_body([[0] * 4])).status_code == 200
