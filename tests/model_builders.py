@@ -170,7 +170,9 @@ def write_version(
 
 def write_versioned_model(repo: Path, name: str, versions: list[int], *, width: int = 4, **config: Any) -> Path:
     """A VERSION_MODEL model ``INPUT`` FP32 [-1, width] -> ``OUTPUT`` (its version) with these versions."""
-    model_dir = write_python_model(repo, name, code=VERSION_MODEL.format(delay_s=0.0, fail_every=0), width=width, **config)
+    model_dir = write_python_model(
+        repo, name, code=VERSION_MODEL.format(delay_s=0.0, fail_every=0), width=width, **config
+    )
     for version in versions:
         if version != 1:
             write_version(model_dir, version)

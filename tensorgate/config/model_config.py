@@ -154,7 +154,7 @@ class ShadowConfig(Strict):
 
     version: int = Field(ge=1)
     fraction: float = Field(default=0.1, gt=0, le=1)
-    tolerance: float = Field(default=1e-5, ge=0)  # relative; classification-shaped outputs compare argmax
+    tolerance: float = Field(default=1e-5, ge=0)  # relative; classification outputs' argmax is counted too
     # Shadow requests in flight at most; past it a copy is shed, so a slow shadow never piles up work.
     max_inflight: int = Field(default=64, ge=1)
 

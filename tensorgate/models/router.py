@@ -57,8 +57,16 @@ class ModelRouter:
         if chosen is None:
             if entry.versions:  # loaded but out of rotation (every instance down): counted on the newest
                 entry.versions[max(entry.versions)].metrics.outcome("unavailable")
-            raise Unavailable(f"model '{name}' has no ready version", retry_after_s=1.0)
+            raise Unavailable(f"model '{name}' has no ready version" + _why(entry), retry_after_s=1.0)
         return chosen
+
+
+def _why(entry: ModelEntry) -> str:
+    """Why nothing serves, when loading is what failed (the same reasons the index shows)."""
+    if entry.versions:
+        return ""
+    reason = entry.problem or "; ".join(f"version {v}: {s.reason}" for v, s in entry.statuses.items() if s.reason)
+    return f" ({reason})" if reason and reason != "unloaded" else ""
 
 
 def _by_traffic(entry: ModelEntry, traffic: TrafficState, key: str | None) -> ModelVersion | None:

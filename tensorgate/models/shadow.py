@@ -5,9 +5,11 @@ version's own scheduler and instances: the client's answer never waits for it, n
 slot with it, and never sees its errors. Copies in flight are capped (``max_inflight``); past the
 cap a copy is shed rather than queued, so a slow shadow sheds before it can pile up work.
 
-:func:`compare` is pure: outputs of classification shape (a float ``[batch, classes]`` tensor)
-match when their argmax agrees; any other output matches when every element is within the
-relative ``tolerance`` (``|a - b| <= tolerance * max(|a|, |b|)``, exact for integers and strings).
+:func:`compare` is pure: an output matches when every element is within the relative
+``tolerance`` (``|a - b| <= tolerance * |served|``; exact for strings and booleans). Outputs of
+classification shape (a float ``[batch, classes]`` tensor) are also compared by their argmax, and
+a changed class is counted on its own: values that drift while every decision stays the same read
+as mismatches without class changes.
 """
 
 from __future__ import annotations
@@ -36,29 +38,30 @@ def _classification_shaped(array: Array) -> bool:
     return array.ndim == 2 and array.shape[1] >= 2 and array.dtype.kind == "f"
 
 
-def compare(served: Mapping[str, Array], shadow: Mapping[str, Array], tolerance: float) -> tuple[bool, float]:
-    """(whether the outputs differ, the largest absolute difference over the numeric outputs)."""
-    mismatch = False
+def compare(served: Mapping[str, Array], shadow: Mapping[str, Array], tolerance: float) -> tuple[bool, bool, float]:
+    """(whether any output differs beyond the tolerance, whether a classification output's argmax
+    changed, the largest absolute difference over the numeric outputs)."""
+    mismatch = changed_class = False
     largest = 0.0
     for name, a in served.items():
         b = shadow.get(name)
         if b is None or a.shape != b.shape:
             mismatch = True
             continue
-        if a.dtype.kind in "OSU" or b.dtype.kind in "OSU" or a.dtype.kind == "b":
+        if a.dtype.kind in "OSUb" or b.dtype.kind in "OSUb":
             mismatch = mismatch or not np.array_equal(a, b)
             continue
+        if not a.size:
+            continue
         x, y = a.astype(np.float64), b.astype(np.float64)
-        if x.size:
-            diff = np.abs(x - y)
-            worst = float(np.nanmax(diff)) if not np.isnan(diff).all() else 0.0
-            largest = max(largest, worst)
-        if _classification_shaped(a):
-            if x.size and not np.array_equal(np.argmax(x, axis=1), np.argmax(y, axis=1)):
-                mismatch = True
-        elif not np.allclose(x, y, rtol=tolerance, atol=0.0, equal_nan=True):
+        diff = np.abs(x - y)
+        if not np.isnan(diff).all():
+            largest = max(largest, float(np.nanmax(diff)))
+        if not np.allclose(y, x, rtol=tolerance, atol=0.0, equal_nan=True):
             mismatch = True
-    return mismatch, largest
+        if _classification_shaped(a) and not np.array_equal(np.argmax(x, axis=1), np.argmax(y, axis=1)):
+            changed_class = True
+    return mismatch, changed_class, largest
 
 
 class Shadow:
@@ -73,9 +76,11 @@ class Shadow:
         v = str(config.version)
         self._outcomes = {o: metrics.shadow_requests.labels(model, v, o) for o in ("compared", "shed", "failed")}
         self._mismatches = metrics.shadow_mismatches.labels(model, v)
+        self._class_changes = metrics.shadow_class_changes.labels(model, v)
         self._difference = metrics.shadow_difference.labels(model, v)
         self.compared = 0
         self.mismatched = 0
+        self.class_changes = 0
 
     def offer(self, request: InferRequest, response: InferResponse, target: ModelVersion | None) -> None:
         """Called with each answer a serving version gave; copies a sample of them to the shadow."""
@@ -100,13 +105,16 @@ class Shadow:
             self._outcomes["failed"].inc()
             log.exception("shadow request to %s version %d failed", self.model, self.version)
             return
-        mismatch, largest = compare(response.outputs, answer.outputs, self.config.tolerance)
+        mismatch, changed_class, largest = compare(response.outputs, answer.outputs, self.config.tolerance)
         self._outcomes["compared"].inc()
         self._difference.observe(largest)
         self.compared += 1
         if mismatch:
             self._mismatches.inc()
             self.mismatched += 1
+        if changed_class:
+            self._class_changes.inc()
+            self.class_changes += 1
 
     def status(self) -> dict[str, object]:
         return {
@@ -114,6 +122,7 @@ class Shadow:
             "fraction": self.config.fraction,
             "compared": self.compared,
             "mismatched": self.mismatched,
+            "class_changes": self.class_changes,
             "inflight": len(self._inflight),
         }
 

@@ -200,7 +200,14 @@ class Metrics:
         self.shadow_mismatches = r(
             Counter(
                 "tensorgate_shadow_mismatches",
-                "Shadow answers whose outputs differ from the served ones beyond the tolerance (or argmax).",
+                "Shadow answers whose outputs differ from the served ones beyond the relative tolerance.",
+                mv,
+            )
+        )
+        self.shadow_class_changes = r(
+            Counter(
+                "tensorgate_shadow_class_changes",
+                "Shadow answers whose argmax differs from the served one's on a classification output.",
                 mv,
             )
         )

@@ -28,12 +28,15 @@ def canary_stable(canary: CanaryConfig, available: Iterable[int]) -> int | None:
 
 
 def served_versions(config: ModelConfig, available: Iterable[int], *, keep_stable: bool = True) -> list[int]:
-    """The version policy's choice plus every version that traffic names: the versions of a weighted
-    split, a shadow, and a canary with the version it replaces (``keep_stable`` False once the canary
-    was promoted: the old version then goes as the policy says)."""
+    """The version policy's choice (among the versions that are not a shadow) plus every version that
+    traffic names: the versions of a weighted split, a shadow, and a canary with the version it
+    replaces (``keep_stable`` False once the canary was promoted: the old version then goes as the
+    policy says)."""
     on_disk = sorted(set(available))
-    chosen = set(select_versions(config.version_policy, on_disk))
     traffic = config.traffic
+    shadow = traffic.shadow.version if traffic is not None and traffic.shadow is not None else None
+    # A shadow is not what the policy serves: "latest" means the latest version that takes traffic.
+    chosen = set(select_versions(config.version_policy, [v for v in on_disk if v != shadow]))
     if traffic is not None:
         if traffic.weights is not None:
             chosen.update(traffic.weights)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import onnx
 import pytest
 import yaml
 from load_loop import Answer, Load

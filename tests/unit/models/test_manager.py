@@ -1,0 +1,139 @@
+"""The ModelManager in process, over real Python-model instances: switch when READY, drain what was
+admitted, leave what serves alone when a load fails, move traffic without reloading, and survive
+concurrent load and unload of one model (reliability.md H-5, scaled down)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from model_builders import write_version, write_versioned_model
+
+from tensorgate.clock import MonotonicClock
+from tensorgate.errors import ModelLoadError, Unavailable
+from tensorgate.models.manager import ModelManager
+from tensorgate.models.model_version import VersionState
+from tensorgate.models.router import ModelRouter
+from tensorgate.observability.metrics import Metrics
+from tensorgate.repository.scanner import scan_model
+from tensorgate.repository.source import ModelSource
+from tensorgate.types import InferRequest
+
+
+def _source(root: Path, name: str = "m", revision: str = "r1") -> ModelSource:
+    source = scan_model(root, root / name)
+    return replace(source, on_disk=tuple(replace(v, revision=revision) for v in source.on_disk))
+
+
+def _request(version: int | None = None) -> InferRequest:
+    return InferRequest("m", {"INPUT": np.zeros((1, 4), dtype=np.float32)}, version=version)
+
+
+async def _answer(router: ModelRouter, version: int | None = None) -> tuple[int, float]:
+    response = await router.route("m", version).infer(_request(version))
+    return response.version, float(response.outputs["OUTPUT"][0, 0])
+
+
+@pytest.fixture
+async def manager() -> ModelManager:
+    manager = ModelManager(MonotonicClock(), Metrics(process=False), drain_timeout_s=10.0, rng=random.Random(7))
+    yield manager
+    await manager.aclose(5.0)
+
+
+async def test_a_new_version_takes_over_and_the_old_finishes_what_it_was_given(
+    tmp_path: Path, manager: ModelManager
+) -> None:
+    model_dir = write_versioned_model(tmp_path, "m", [1])
+    write_version(model_dir, 1, delay_ms=300)
+    await manager.load_all([_source(tmp_path)])
+    router = ModelRouter(manager)
+    running = asyncio.create_task(_answer(router))  # on v1, for 300 ms
+    await asyncio.sleep(0)
+    write_version(model_dir, 2)
+    await manager.apply(_source(tmp_path))
+    assert await _answer(router) == (2, 2.0)
+    assert await running == (1, 1.0)  # admitted to v1, answered by v1
+    entry = manager.models["m"]
+    assert entry.statuses[1].state in (VersionState.DRAINING, VersionState.UNLOADED) or 1 not in entry.statuses
+    with pytest.raises(Unavailable):  # v1 named explicitly once it drains: 503, never 500
+        router.route("m", 1)
+
+
+async def test_a_failed_version_leaves_the_serving_one_and_is_tried_again_only_when_it_changes(
+    tmp_path: Path, manager: ModelManager
+) -> None:
+    model_dir = write_versioned_model(tmp_path, "m", [1])
+    await manager.load_all([_source(tmp_path)])
+    router = ModelRouter(manager)
+    write_version(model_dir, 2)
+    (model_dir / "2" / "model.py").write_text("raise RuntimeError('broken on import')\n")
+    with pytest.raises(ModelLoadError, match="broken on import"):
+        await manager.apply(_source(tmp_path))
+    entry = manager.models["m"]
+    assert entry.statuses[2].state is VersionState.FAILED and "broken on import" in entry.statuses[2].reason
+    assert await _answer(router) == (1, 1.0)
+    assert manager.all_ready()
+    generations = dict(entry.generations)
+    with pytest.raises(ModelLoadError):  # the same files: reported, not loaded again
+        await manager.apply(_source(tmp_path))
+    assert entry.generations == generations
+    write_version(model_dir, 2)  # fixed: a new revision
+    await manager.apply(_source(tmp_path, revision="r2"))
+    assert await _answer(router) == (2, 2.0)
+
+
+async def test_new_weights_move_traffic_without_loading_anything(tmp_path: Path, manager: ModelManager) -> None:
+    model_dir = write_versioned_model(tmp_path, "m", [1, 2], traffic={"weights": {1: 100, 2: 0}})
+    await manager.load_all([_source(tmp_path)])
+    router = ModelRouter(manager)
+    assert {(await _answer(router))[0] for _ in range(20)} == {1}
+    document = yaml.safe_load((model_dir / "config.yaml").read_text())
+    document["traffic"] = {"weights": {1: 0, 2: 100}}
+    (model_dir / "config.yaml").write_text(yaml.safe_dump(document))
+    generations = dict(manager.models["m"].generations)
+    await manager.apply(_source(tmp_path))
+    assert {(await _answer(router))[0] for _ in range(20)} == {2}
+    assert manager.models["m"].generations == generations
+
+
+async def test_unload_returns_once_admitted_requests_are_answered(tmp_path: Path, manager: ModelManager) -> None:
+    model_dir = write_versioned_model(tmp_path, "m", [1])
+    write_version(model_dir, 1, delay_ms=50)
+    await manager.load_all([_source(tmp_path)])
+    router = ModelRouter(manager)
+    admitted = [asyncio.create_task(_answer(router)) for _ in range(6)]
+    await asyncio.sleep(0)
+    await manager.unload("m")
+    assert all(task.done() for task in admitted)
+    assert [task.result() for task in admitted] == [(1, 1.0)] * 6
+    assert not manager.models["m"].versions and manager.all_ready()  # an unloaded model does not count
+    with pytest.raises(Unavailable):
+        router.route("m", None)
+
+
+async def test_concurrent_loads_and_unloads_of_one_model_end_consistent(tmp_path: Path, manager: ModelManager) -> None:
+    write_versioned_model(tmp_path, "m", [1])
+    await manager.load_all([_source(tmp_path)])
+    outcomes: list[str] = []
+
+    async def churn(worker: int) -> None:
+        for i in range(10):
+            if (worker + i) % 2:
+                await manager.unload("m")
+                outcomes.append("unloaded")
+            else:
+                await manager.apply(_source(tmp_path, revision=f"r{worker}-{i}"), retry_failed=True)
+                outcomes.append("loaded")
+
+    await asyncio.gather(*(churn(w) for w in range(8)))
+    assert len(outcomes) == 80
+    entry = manager.models["m"]
+    assert outcomes[-1] == ("loaded" if entry.versions else "unloaded")  # the last one to finish holds
+    await manager.apply(_source(tmp_path, revision="final"))
+    assert await _answer(ModelRouter(manager)) == (1, 1.0)
