@@ -405,10 +405,11 @@ def _read_only_root(writable: Path) -> list[str]:
 
 
 def _pod_env(container: Manifest, tmp: Path) -> dict[str, str]:
-    """The container's literal env, its /tmp being ``tmp``; TMPDIR says where /tmp is."""
+    """The test's environment with the container's literal env over it, its /tmp being ``tmp``
+    (TMPDIR says where that is)."""
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     env = {k: str(tmp) + v[len("/tmp") :] if v == "/tmp" or v.startswith("/tmp/") else v for k, v in env.items()}
-    return {**env, "TMPDIR": str(tmp)}
+    return {**os.environ, **env, "TMPDIR": str(tmp)}
 
 
 @pytest.fixture
@@ -419,11 +420,18 @@ def pod(rendered: dict[str, list[Manifest]], tmp_path: Path) -> Iterator[tuple[S
     tmp.mkdir()
     models = tmp_path / "models"
     models.mkdir()
-    # The init container's own command, its last argument (the models volume) replaced.
+    # The init container's own command, its last argument (the models volume) replaced, under a
+    # read-only root with only that volume writable: the init container mounts nothing else.
     (init,) = pod_spec["initContainers"]
     command = init["command"]
     assert command[0] == "python" and command[-1] == "/models"
-    subprocess.run([sys.executable, *command[1:-1], str(models)], check=True, timeout=120, env=_pod_env(init, tmp))
+    assert [m["mountPath"] for m in init["volumeMounts"]] == ["/models"]
+    subprocess.run(
+        [*_read_only_root(models), sys.executable, *command[1:-1], str(models)],
+        check=True,
+        timeout=120,
+        env={**_pod_env(init, models), "TMPDIR": "/nonexistent"},
+    )
     # A worker-process model beside the examples: tensors cross to it through memfd.
     write_python_model(models, "worker", instance_group=[{"count": 1, "kind": "cpu", "isolation": "process"}])
     config = tmp_path / "config" / "config.yaml"
