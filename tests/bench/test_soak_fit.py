@@ -23,9 +23,11 @@ from _soak import (
     flat,
     growth_bar_mib,
     growth_met,
+    held_bytes,
     memory_fit,
     ols,
     p99_met,
+    parse_rollup,
     percentile,
     slope_met,
     warmup_s,
@@ -36,7 +38,9 @@ from _soak import (
 BASE = 180 * MIB  # about what a served MLP holds
 
 
-def series(duration_s: float, every_s: float, slope_mib_per_min: float, noise_mib: float, seed: int = 0):
+def series(
+    duration_s: float, every_s: float, slope_mib_per_min: float, noise_mib: float, seed: int = 0
+) -> tuple[list[float], list[float]]:
     rng = random.Random(seed)
     times = [i * every_s for i in range(int(duration_s / every_s) + 1)]
     sizes = [BASE + (slope_mib_per_min * t / 60.0 + rng.gauss(0.0, noise_mib)) * MIB for t in times]
@@ -122,3 +126,20 @@ def test_window_p99_takes_only_its_window() -> None:
     assert window_p99(starts, latencies, 60.0, 120.0) == pytest.approx(float(np.percentile([1.0, 2.0], 99)))
     assert math.isnan(window_p99(starts, latencies, 200.0, 260.0))
     assert percentile([5.0], 99.0) == 5.0
+
+
+ROLLUP = """56294858d000-7fff7b405000 ---p 00000000 00:00 0                          [rollup]
+Rss:                1612 kB
+Pss:                 203 kB
+Pss_Anon:            112 kB
+Pss_File:             91 kB
+Pss_Shmem:             4 kB
+Private_Dirty:       112 kB
+"""
+
+
+def test_the_fitted_memory_is_the_anonymous_and_shmem_share_of_pss() -> None:
+    fields = parse_rollup(ROLLUP)
+    assert fields["Rss"] == 1612 * 1024
+    assert fields["Pss_File"] == 91 * 1024
+    assert held_bytes(fields) == (112 + 4) * 1024
