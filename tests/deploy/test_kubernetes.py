@@ -40,7 +40,6 @@ import httpx
 import pytest
 import yaml
 from model_builders import metric, v2_body, wait_until, write_python_model
-from system_tools import ensure_debian_package
 
 from tensorgate.cli import serve
 from tensorgate.config.loading import validate
@@ -62,6 +61,9 @@ Manifest = dict[str, Any]
 def _kubectl() -> str:
     found = shutil.which("kubectl")
     if found is None:
+        # Only here: on a machine that has kubectl the module needs nothing more.
+        from system_tools import ensure_debian_package
+
         try:
             found = ensure_debian_package("kubectl", "kubectl")
         except RuntimeError:  # not in this machine's package lists: Debian's own package, then
