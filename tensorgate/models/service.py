@@ -61,13 +61,6 @@ class InferenceService:
         versions = tuple(sorted(v for v, mv in entry.versions.items() if mv.state is VersionState.READY))
         return found.metadata(versions if version is None else (found.version,))
 
-    def version_states(self, name: str) -> list[dict[str, str]]:
-        """Each known version's state, with the reason of a failed load (beside the V2 metadata)."""
-        entry = self.router.entry(name)
-        return [
-            {"version": str(v), "state": s.state.value, "reason": s.reason} for v, s in sorted(entry.statuses.items())
-        ]
-
     def config(self, name: str, version: int | None) -> dict[str, Any]:
         """The version's configuration in Triton's ``model_config`` shape (see ``triton_config``)."""
         found = self.router.loaded(name, version)

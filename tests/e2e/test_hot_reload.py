@@ -144,8 +144,11 @@ def test_a_corrupt_version_leaves_the_serving_one_and_loads_once_fixed(
 
         wait_until(lambda: state_of_2().get("state") == "FAILED")
         assert state_of_2()["reason"]
-        states = {s["version"]: s for s in client.get(f"{server.url}/v2/models/scale").json()["version_states"]}
-        assert states["2"]["state"] == "FAILED" and states["1"]["state"] == "READY"
+        # The model's status (TF Serving's, on V1) names the failure too.
+        statuses = client.get(f"{server.url}/v1/models/scale").json()["model_version_status"]
+        states = {s["version"]: s for s in statuses}
+        assert states["1"]["state"] == "AVAILABLE" and states["2"]["state"] == "END"
+        assert states["2"]["status"]["error_message"] == state_of_2()["reason"]
         assert [_answer(client, server.url) for _ in range(50)] == [("1", 1.0)] * 50  # all of it to v1
         assert client.get(f"{server.url}/v2/health/ready").status_code == 200
         pinned = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 1]}]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -145,12 +146,13 @@ async def test_a_canary_that_fails_is_rolled_back_at_its_first_step(tmp_path: Pa
         url = f"{server.url}/v2/models/m/infer"
         async with Load(url, clients=8, body=v2_body([[0, 0, 0, 0]])) as load:
             await load.until(lambda a: _rollout(server)["rollout"]["state"] != "stepping", timeout_s=60)
-            mark = len(load.answers)
+            decided, mark = time.time(), len(load.answers)
             await load.until(lambda a, m=mark: len(a) > m + 200)
         rollout = _rollout(server)["rollout"]
         assert rollout["state"] == "rolled_back" and rollout["step"] == 0 and rollout["share"] == 0
         assert "error rate" in rollout["reason"]
-        assert {a.version for a in load.answers[mark:]} == {"1"}  # the stable version serves everything
+        after = [a for a in load.answers if a.sent > decided]
+        assert after and {a.version for a in after} == {"1"}  # the stable version serves everything
         assert metric(server.metrics_url, "tensorgate_traffic_share", model="m", version="2") == 0
         assert metric(server.metrics_url, "tensorgate_rollout_state", model="m", state="rolled_back") == 1
         assert any("rolled back" in str(r.get("message")) for r in server.log_records())
@@ -162,14 +164,15 @@ async def test_a_healthy_canary_is_promoted_through_every_step(tmp_path: Path) -
         url = f"{server.url}/v2/models/m/infer"
         async with Load(url, clients=8, body=v2_body([[0, 0, 0, 0]])) as load:
             await load.until(lambda a: _rollout(server)["rollout"]["state"] != "stepping", timeout_s=60)
-            mark = len(load.answers)
+            decided, mark = time.time(), len(load.answers)
             await load.until(lambda a, m=mark: len(a) > m + 100)
         assert load.failures() == []
         rollout = _rollout(server)["rollout"]
         assert rollout["state"] == "promoted" and rollout["share"] == 100
         assert [step["action"] for step in rollout["history"]] == ["advance", "promote"]
         assert all(step["canary"]["requests"] >= 30 for step in rollout["history"])
-        assert {a.version for a in load.answers[mark:]} == {"2"}
+        after = [a for a in load.answers if a.sent > decided]
+        assert after and {a.version for a in after} == {"2"}
         # Promoted: the old version goes as the version policy (latest: 1) says.
         wait_until(lambda: httpx.get(f"{server.url}/v2/models/m/versions/1/ready").status_code != 200)
         assert metric(server.metrics_url, "tensorgate_rollout_state", model="m", state="promoted") == 1

@@ -214,10 +214,7 @@ class HttpApp:
         action = rest[0] if len(rest) == 1 else ("" if not rest else None)
         if action == "":
             self._only(call, "GET")
-            document = self._service.metadata(name, version).to_v2()
-            if version is None:  # beside V2's fields: what each version is doing, and why one failed
-                document["version_states"] = self._service.version_states(name)
-            await self._json(call, send, 200, document)
+            await self._json(call, send, 200, self._service.metadata(name, version).to_v2())
         elif action == "ready":
             self._only(call, "GET")
             await self._empty(call, send, 200 if self._service.model_ready(name, version) else 400)
