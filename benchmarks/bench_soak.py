@@ -30,6 +30,7 @@ import dataclasses
 import datetime
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -171,7 +172,8 @@ def sample_tree(root: psutil.Process, t: float, source: str) -> Sample:
         tree_threads += n_threads
         if index == 0:
             fds, threads = n_fds, n_threads
-    return Sample(t, *totals, processes, fds, threads, tree_fds, tree_threads)
+    held, pss, pss_file, uss, rss = totals
+    return Sample(t, held, pss, pss_file, uss, rss, processes, fds, threads, tree_fds, tree_threads)
 
 
 class Sampler(threading.Thread):
@@ -531,7 +533,8 @@ def section(runs: list[Figures], args: argparse.Namespace, began: str, ended: st
         f"while {CONNECTIONS} more wait is skipped and counted), {args.timeout_s:g} s timeout, to 127.0.0.1 only: "
         "a few percent of the MLP's capacity (thousands of requests/s, the serving section). Default server "
         f"configuration (metrics and access log on). The host's {psutil.cpu_count()} cores are shared with other "
-        "work, which moves latencies more than memory.",
+        f"work, which moves latencies more than memory: load average {args.load_before:.1f} at the start, "
+        f"{args.load_after:.1f} at the end.",
         "",
         f"Memory is **{metric}** ({source}), summed over the server's whole process tree (server and worker "
         f"processes), sampled every {args.sample_s:g} s. The first {soak.WARMUP_FRACTION:.0%} of the run "
@@ -589,7 +592,13 @@ async def load(servers: dict[str, tuple[ServerProcess, str]], args: argparse.Nam
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=600.0, help="seconds of load (default 600)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=600.0,
+        help="seconds of load (default 600); the server grows for about its first minute, so a run under ~5 "
+        "minutes, whose 20 %% warm-up ends inside that minute, reads that growth as a slope",
+    )
     parser.add_argument("--rate", type=float, default=100.0, help="requests/s per server, half HTTP, half gRPC")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--planted-leak", action="store_true", help="run only the planted-leak control")
@@ -607,6 +616,7 @@ def main() -> int:
     warmup = soak.warmup_s(args.duration)
     OUT.mkdir(exist_ok=True)
     began = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    args.load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tensorgate-soak-") as work:
         wanted: dict[str, tuple[Path, str]] = {}
         if not args.planted_leak:
@@ -628,6 +638,7 @@ def main() -> int:
             for server, _ in servers.values():
                 server.stop()
     ended = datetime.datetime.now(datetime.UTC).strftime("%H:%M UTC")
+    args.load_after = os.getloadavg()[0]
     runs = [
         Figures(
             name,
