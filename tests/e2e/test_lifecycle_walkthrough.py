@@ -42,9 +42,9 @@ def test_copy_v2_in_under_bench_then_split_then_canary(tmp_path: Path) -> None:
     args = ("--model-repository", str(repo), "--model-control", "poll", "--repository-poll-secs", "0.5")
     with ServerProcess(*args, "--no-access-log") as server:
         report = tmp_path / "bench.json"
+        command = [sys.executable, "-m", "tensorgate", "bench", "-m", "mlp", "-u", server.url]
         bench = subprocess.Popen(
-            [sys.executable, "-m", "tensorgate", "bench", "-m", "mlp", "-u", server.url, "-c", "8", "-z", "8s"]
-            + ["--json", str(report)],
+            [*command, "-c", "8", "-z", "8s", "--json", str(report)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
