@@ -1,0 +1,237 @@
+"""What hot swaps, traffic splits and shadows cost the requests being served, in one run (issue 30).
+
+1. Hot swap: the bundled MLP in poll mode, 16 clients (``tensorgate bench``), runs without swaps
+   alternating with runs during which a new version is copied in every ``duration / 10`` seconds
+   (10 swaps a run: each loads and warms a version beside the serving one, switches, drains the
+   old). Bar: P99 with swaps within 1.5x of P99 without, and zero errors.
+2. Traffic split: one server, two copies of the MLP with two identical versions each, one with
+   ``weights: {1: 90, 2: 10}`` and one without; 64 clients, runs alternating between them. Bar: the
+   split costs under 2 % of requests/s (the median of the per-pair ratios, with their range).
+3. Shadow: one server, a fast Python model with a shadow version that sleeps 1 s per batch
+   (``fraction: 0.1``) beside the same model with no shadow; 16 clients, alternating. Reported: the
+   served P99 with the shadow over without (it should be within the host's noise: the shadow runs
+   on its own instance and sheds past its cap).
+
+Run: ``python benchmarks/bench_lifecycle.py [--quick]``; writes ``benchmarks/out/bench_lifecycle.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+
+from model_builders import VERSION_MODEL, write_python_model
+
+from tensorgate.examples import build_example_repository
+from tensorgate.testing import ServerProcess
+
+OUT = Path(__file__).parent / "out"
+
+
+@dataclass(frozen=True)
+class Run:
+    label: str
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+def bench(url: str, model: str, clients: int, seconds: float, label: str) -> Run:
+    """One closed-loop run of ``tensorgate bench`` (V2 JSON), read back from its JSON report."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        command = [sys.executable, "-m", "tensorgate", "bench", "-m", model, "-u", url, "-c", str(clients)]
+        command += ["-z", f"{seconds:g}s", "--json", str(report)]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=seconds + 120)
+        [run] = json.loads(report.read_text())["runs"]
+    latency = run["latency_s"]
+    return Run(label, run["throughput_rps"], latency["p50"] * 1000, latency["p99"] * 1000, sum(run["errors"].values()))
+
+
+def row(run: Run) -> str:
+    return f"| {run.label} | {run.rps:,.0f} | {run.p50_ms:.2f} | {run.p99_ms:.2f} | {run.errors} |"
+
+
+HEADER = ["| run | req/s | P50 ms | P99 ms | errors |", "|---|---:|---:|---:|---:|"]
+
+
+def verdict(met: bool) -> str:
+    return "**met**" if met else "**not met**"
+
+
+def swap_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> None:
+    repo = build_example_repository(work / "swap")
+    mlp = repo / "mlp"
+    args = ("--model-repository", str(repo), "--model-control", "poll", "--repository-poll-secs", "0.2")
+    runs: dict[str, list[Run]] = {"steady": [], "swaps": []}
+    swaps_done = 0
+    with ServerProcess(*args, "--no-access-log") as server:
+        next_version = [2]
+
+        def swap_every(interval: float, count: int, done: threading.Event) -> None:
+            for _ in range(count):
+                time.sleep(interval)
+                staged = work / f"staged-{next_version[0]}"
+                shutil.copytree(mlp / "1", staged)
+                staged.rename(mlp / str(next_version[0]))
+                next_version[0] += 1
+            done.set()
+
+        order = ["steady", "swaps", "swaps", "steady"] * rounds
+        for index, kind in enumerate(order):
+            label = f"{index + 1}: {'10 swaps' if kind == 'swaps' else 'no swap'}"
+            if kind == "steady":
+                runs[kind].append(bench(server.url, "mlp", 16, seconds, label))
+                continue
+            done = threading.Event()
+            thread = threading.Thread(target=swap_every, args=(seconds / 11, 10, done))
+            thread.start()
+            runs[kind].append(bench(server.url, "mlp", 16, seconds, label))
+            thread.join()
+            swaps_done += 10
+        ready = httpx_json(f"{server.url}/v2/models/mlp")["versions"]
+    steady = statistics.median(r.p99_ms for r in runs["steady"])
+    swapping = statistics.median(r.p99_ms for r in runs["swaps"])
+    errors = sum(r.errors for rs in runs.values() for r in rs)
+    ratio = swapping / steady
+    lines += [
+        "### 1. Hot swap under load (MLP, 16 clients, poll mode)",
+        "",
+        f"{len(order)} runs of {seconds:g} s, alternating (no swap, swaps, swaps, no swap); "
+        f"{swaps_done} versions copied in during the swap runs; serving version {ready} at the end.",
+        "",
+        *HEADER,
+        *(row(r) for r in sorted(runs["steady"] + runs["swaps"], key=lambda r: int(r.label.split(":")[0]))),
+        "",
+        f"- P99 with swaps / without (medians): **{ratio:.2f}x** "
+        f"(per run: without {', '.join(f'{r.p99_ms:.1f}' for r in runs['steady'])} ms; "
+        f"with {', '.join(f'{r.p99_ms:.1f}' for r in runs['swaps'])} ms); errors {errors}.",
+        f"- Bar (P99 within 1.5x, zero errors): {verdict(ratio <= 1.5 and errors == 0)}.",
+        "",
+    ]
+
+
+def httpx_json(url: str) -> dict[str, object]:
+    import httpx
+
+    return dict(httpx.get(url, timeout=10.0).json())
+
+
+def split_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> None:
+    repo = work / "split"
+    source = build_example_repository(work / "split-source") / "mlp"
+    for name, traffic in (("plain", None), ("split", {"weights": {1: 90, 2: 10}})):
+        shutil.copytree(source, repo / name)
+        shutil.copytree(source / "1", repo / name / "2")
+        config = yaml.safe_load((repo / name / "config.yaml").read_text())
+        config["version_policy"] = {"all": True}
+        if traffic is not None:
+            config["traffic"] = traffic
+        (repo / name / "config.yaml").write_text(yaml.safe_dump(config))
+    pairs: list[tuple[Run, Run]] = []
+    with ServerProcess("--model-repository", str(repo), "--no-access-log") as server:
+        for index in range(rounds * 2):
+            first, second = ("plain", "split") if index % 2 == 0 else ("split", "plain")
+            a = bench(server.url, first, 64, seconds, f"{2 * index + 1}: {first}")
+            b = bench(server.url, second, 64, seconds, f"{2 * index + 2}: {second}")
+            pairs.append((a, b) if first == "plain" else (b, a))
+    costs = [1 - split.rps / plain.rps for plain, split in pairs]
+    cost = statistics.median(costs)
+    runs = sorted((r for pair in pairs for r in pair), key=lambda r: int(r.label.split(":")[0]))
+    lines += [
+        "### 2. Traffic split (MLP, two identical versions, 64 clients)",
+        "",
+        f"{len(runs)} runs of {seconds:g} s against one server, alternating plain and split (90/10) in pairs.",
+        "",
+        *HEADER,
+        *(row(r) for r in runs),
+        "",
+        f"- Cost of the split in req/s (median of {len(costs)} pairs): **{cost * 100:+.1f} %** "
+        f"(pairs ranged {min(costs) * 100:+.1f} % to {max(costs) * 100:+.1f} %).",
+        f"- Bar (under 2 %): {verdict(cost < 0.02)}"
+        + (
+            "; the pairs' range spans the bar, so the host's noise cannot place it."
+            if min(costs) < 0.02 < max(costs)
+            else "."
+        ),
+        "",
+    ]
+
+
+SHADOW_SLEEP_S = 1.0
+
+
+def shadow_section(work: Path, seconds: float, rounds: int, lines: list[str]) -> None:
+    repo = work / "shadow"
+    for name, traffic in (("plain", None), ("shadowed", {"shadow": {"version": 2, "fraction": 0.1}})):
+        model_dir = write_python_model(
+            repo,
+            name,
+            code=VERSION_MODEL.format(delay_s=0.0, fail_every=0),
+            **({"traffic": traffic} if traffic else {}),
+        )
+        if traffic is not None:  # the shadow version: the same model, sleeping per batch
+            (model_dir / "2").mkdir()
+            (model_dir / "2" / "model.py").write_text(VERSION_MODEL.format(delay_s=SHADOW_SLEEP_S, fail_every=0))
+    runs: list[Run] = []
+    with ServerProcess("--model-repository", str(repo), "--no-access-log") as server:
+        for index in range(rounds * 2):
+            order = ("plain", "shadowed") if index % 2 == 0 else ("shadowed", "plain")
+            for name in order:
+                runs.append(bench(server.url, name, 16, seconds, f"{len(runs) + 1}: {name}"))
+        shadow = httpx_json(f"{server.url}/v2/models/shadowed/rollout")["shadow"]
+    plain = statistics.median(r.p99_ms for r in runs if r.label.endswith("plain"))
+    shadowed = statistics.median(r.p99_ms for r in runs if r.label.endswith("shadowed"))
+    lines += [
+        f"### 3. Shadow that sleeps {SHADOW_SLEEP_S:g} s per batch (fast Python model, 16 clients)",
+        "",
+        f"{len(runs)} runs of {seconds:g} s against one server, alternating; the shadow compared "
+        f"{shadow['compared']} copies and shed the rest past its cap of 64 in flight.",
+        "",
+        *HEADER,
+        *(row(r) for r in runs),
+        "",
+        f"- Served P99 with the shadow / without (medians): **{shadowed / plain:.2f}x** "
+        f"({shadowed:.2f} against {plain:.2f} ms).",
+        "",
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs, one round")
+    args = parser.parse_args()
+    seconds, rounds = (4.0, 1) if args.quick else (10.0, 2)
+    lines = [
+        "## bench_lifecycle",
+        "",
+        "What hot swaps, a traffic split and a shadow cost the requests being served; every "
+        "comparison in one run, alternating. Client: `tensorgate bench` (closed loop, V2 JSON).",
+        "",
+    ]
+    with tempfile.TemporaryDirectory(prefix="bench-lifecycle-") as tmp:
+        work = Path(tmp)
+        swap_section(work, seconds * 1.5, rounds, lines)
+        split_section(work, seconds, rounds, lines)
+        shadow_section(work, seconds, rounds, lines)
+    OUT.mkdir(exist_ok=True)
+    (OUT / "bench_lifecycle.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
