@@ -37,6 +37,7 @@ class LoadSpec:
     directory: Path
     config: ModelConfig
     device: Device
+    instance: str = ""  # the instance's name (model_version_index), for logs and Python models
 
 
 class Backend(abc.ABC):

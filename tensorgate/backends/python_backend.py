@@ -66,6 +66,7 @@ class PythonBackend(Backend):
             directory=spec.directory,
             device=str(spec.device),
             parameters=dict(spec.config.parameters),
+            instance=spec.instance,
         )
         try:
             model.load(context)

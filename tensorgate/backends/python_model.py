@@ -19,6 +19,7 @@ class ModelContext:
     directory: Path
     device: str
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    instance: str = ""  # this instance's name: one per instance of the version, as in the metrics
 
 
 class PythonModel:

@@ -126,6 +126,19 @@ class LLMSettings(Strict):
     threads: int = Field(default=0, ge=0)
 
 
+class HealthCheck(Strict):
+    """Each instance's health checks: probes when idle, and what counts as failing."""
+
+    enabled: bool = True
+    interval_s: float = Field(default=10.0, gt=0)  # idle this long, an instance is probed
+    timeout_s: float = Field(default=2.0, gt=0)  # a probe running longer fails
+    failure_threshold: int = Field(default=3, ge=1)  # consecutive failures that take it out of rotation
+    success_threshold: int = Field(default=1, ge=1)  # good probes that bring it back
+    # A real batch running longer than this is taken as hung: it is retried on another instance and
+    # the instance counts a failure (a thread instance is reloaded, a worker process killed).
+    batch_timeout_s: float = Field(default=120.0, gt=0)
+
+
 class CanaryConfig(Strict):
     """A rollout that moves traffic to ``version`` step by step, judged against the version it replaces."""
 
@@ -200,6 +213,7 @@ class ModelConfig(Strict):
     parameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
     llm: LLMSettings | None = None
     traffic: TrafficConfig | None = None
+    health_check: HealthCheck = Field(default_factory=HealthCheck)
 
     @model_validator(mode="after")
     def _batch_limits(self) -> ModelConfig:

@@ -48,8 +48,10 @@ class Instance(abc.ABC):
         self.on_lost: Callable[[Instance], None] | None = None
         # Run on a restarted instance before it rejoins rotation (the version's warm-up samples), so
         # no client pays for a cold start after a crash either. Raises ModelLoadError to fail the restart.
-        self.warm: Callable[[Instance], Awaitable[None]] | None = None
+        self.warm: Callable[[Instance], Awaitable[object]] | None = None
         self._batches: set[asyncio.Task[dict[str, Array]]] = set()  # referenced until done
+        # Taken out of rotation by its health checks (instances/health.py), alive or not.
+        self.ejected = False
 
     @property
     def pid(self) -> int | None:
@@ -99,6 +101,29 @@ class Instance(abc.ABC):
     @abc.abstractmethod
     def healthy(self) -> bool:
         """False while the instance cannot take work (dead, restarting)."""
+
+    @property
+    def available(self) -> bool:
+        """In rotation: alive, and not taken out by its health checks. The pool hands work only to these."""
+        return self.healthy and not self.ejected
+
+    def set_ejected(self, ejected: bool) -> None:
+        """Take the instance out of rotation, or bring it back (the health monitor's call)."""
+        if ejected != self.ejected:
+            self.ejected = ejected
+            if self.on_health_change is not None:
+                self.on_health_change(self, self.available)
+
+    @property
+    def can_restart(self) -> bool:
+        """Whether :meth:`restart` is implemented (a worker process, a thread instance's reload)."""
+        return False
+
+    async def restart(self) -> None:
+        """Stop whatever the instance runs (its batch fails as InstanceDied, so the scheduler retries it
+        elsewhere), start it afresh and warm it. Raises ModelLoadError or InstanceDied when it cannot.
+        The instance stays as ejected as it was: the health monitor brings it back after good probes."""
+        raise NotImplementedError(f"instance {self.name} cannot be restarted")
 
     @abc.abstractmethod
     async def aclose(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -55,4 +56,11 @@ def create_instance(name: str, backend: str, spec: LoadSpec, placement: Placemen
 
         instance: Instance = ProcessInstance(name, backend, spec, placement.cpus)
         return instance
-    return ThreadInstance(name, create_backend(backend), spec, placement.cpus)
+    return ThreadInstance(
+        name,
+        create_backend(backend),
+        spec,
+        placement.cpus,
+        hung_after_s=spec.config.health_check.batch_timeout_s,
+        backend_factory=functools.partial(create_backend, backend),
+    )

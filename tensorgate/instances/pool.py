@@ -14,26 +14,35 @@ class InstancePool:
         self.instances = list(instances)
         self._busy: set[Instance] = set()
         self._next = 0
+        # Batches each instance has finished (probes included): the health monitor's sign of activity.
+        self.uses: dict[Instance, int] = {i: 0 for i in self.instances}
 
     def idle_count(self) -> int:
-        return sum(1 for i in self.instances if i.healthy and i not in self._busy)
+        return sum(1 for i in self.instances if i.available and i not in self._busy)
 
     def busy_count(self) -> int:
         return len(self._busy)
 
+    def is_busy(self, instance: Instance) -> bool:
+        return instance in self._busy
+
     def any_healthy(self) -> bool:
+        """Whether any instance is in rotation (alive and not taken out by its health checks)."""
         for instance in self.instances:  # noqa: SIM110 - a plain loop: no generator per request
-            if instance.healthy:
+            if instance.available:
                 return True
         return False
 
+    def available_count(self) -> int:
+        return sum(1 for i in self.instances if i.available)
+
     def acquire(self, avoid: Instance | None = None) -> Instance | None:
-        """An idle, healthy instance (round-robin among them), marked busy; None when there is none."""
+        """An idle instance in rotation (round-robin among them), marked busy; None when there is none."""
         count = len(self.instances)
         fallback: Instance | None = None
         for step in range(count):
             candidate = self.instances[(self._next + step) % count]
-            if candidate in self._busy or not candidate.healthy:
+            if candidate in self._busy or not candidate.available:
                 continue
             if candidate is avoid:
                 fallback = candidate
@@ -45,5 +54,13 @@ class InstancePool:
             self._busy.add(fallback)
         return fallback
 
+    def acquire_for_probe(self, instance: Instance) -> bool:
+        """Take this one instance for a health probe if it is idle and alive, in rotation or not."""
+        if instance in self._busy or not instance.healthy:
+            return False
+        self._busy.add(instance)
+        return True
+
     def release(self, instance: Instance) -> None:
         self._busy.discard(instance)
+        self.uses[instance] = self.uses.get(instance, 0) + 1

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from tensorgate.backends.base import LoadSpec
 from tensorgate.errors import ModelLoadError
-from tensorgate.instances.base import HUNG_BATCH_S, Instance, InstanceDied, ModelFailed
+from tensorgate.instances.base import Instance, InstanceDied, ModelFailed
 from tensorgate.instances.wire import (
     HEADER,
     Frame,
@@ -68,6 +68,7 @@ class ProcessInstance(Instance):
         self._closing = False
         self._watch: asyncio.Task[None] | None = None
         self._restart_task: asyncio.Task[None] | None = None
+        self._hung_after_s = spec.config.health_check.batch_timeout_s
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -141,7 +142,28 @@ class ProcessInstance(Instance):
         if healthy != self._healthy:
             self._healthy = healthy
             if self.on_health_change is not None:
-                self.on_health_change(self, healthy)
+                self.on_health_change(self, self.available)
+
+    @property
+    def can_restart(self) -> bool:
+        return True
+
+    async def restart(self) -> None:
+        """Kill the worker (its batch fails as InstanceDied) and wait for it to start again and warm up;
+        a restart already under way (the worker died by itself) is waited for instead."""
+        if self._closing:
+            raise InstanceDied(f"worker {self.name} is closing")
+        if self._restart_task is None or self._restart_task.done():
+            process = self._process
+            if process is not None and process.returncode is None:
+                process.kill()
+                await process.wait()
+            if self._watch is not None and not self._watch.done():
+                # It sees the exit: fails the batch in flight, and starts the restart with backoff.
+                await asyncio.wait({self._watch}, timeout=5.0)
+            if self._restart_task is None or self._restart_task.done():
+                self._restart_task = asyncio.get_running_loop().create_task(self._restart())
+        await asyncio.shield(self._restart_task)
 
     async def aclose(self) -> None:
         self._closing = True
@@ -192,9 +214,9 @@ class ProcessInstance(Instance):
         self._pending = future
         self._writer.write(encode_frame(Kind.EXECUTE, self._seq, self._inputs.size, {"tensors": described}))
         try:
-            frame = await asyncio.wait_for(asyncio.shield(future), HUNG_BATCH_S)
+            frame = await asyncio.wait_for(asyncio.shield(future), self._hung_after_s)
         except TimeoutError:
-            log.error("worker %s hung for %.0f s on one batch: killing it", self.name, HUNG_BATCH_S)
+            log.error("worker %s hung for %.0f s on one batch: killing it", self.name, self._hung_after_s)
             self._running = False
             self._set_health(False)  # out of rotation now, so the retry of this batch goes elsewhere
             self._kill()

@@ -81,16 +81,21 @@ class ThreadInstance(Instance):
         spec: LoadSpec,
         cpus: frozenset[int] | None = None,
         hung_after_s: float = HUNG_BATCH_S,
+        backend_factory: Callable[[], Backend] | None = None,
     ) -> None:
         super().__init__(name, spec.device)
         self._backend = backend
+        self._factory = backend_factory  # a fresh backend for a reload (restart); None: no restart
         self._spec = spec
         self._cpus = cpus
         self._worker = _Worker(f"instance-{name}")
         self._closed = False
+        self._restarting = False
         self._hung_after_s = hung_after_s
         self._hung = False  # a batch outran hung_after_s and has not returned yet
         self._in_batch = 0  # batches handed to the thread and not yet returned
+        self._generation = 0  # counts reloads: a batch of an abandoned thread that returns late is ignored
+        self._watches: set[_HangWatch] = set()
 
     async def start(self) -> None:
         await self._worker.submit(self._load, self._spec)
@@ -122,13 +127,14 @@ class ThreadInstance(Instance):
         watch = _HangWatch(self, on_done)
         watch.timer = asyncio.get_running_loop().call_later(self._hung_after_s, watch.hung)
         self._in_batch += 1
+        self._watches.add(watch)
         self._worker.call(self._merge_and_run, parts, watch.done)
 
     def _set_hung(self, hung: bool) -> None:
         if hung != self._hung and not self._closed:
             self._hung = hung
             if self.on_health_change is not None:
-                self.on_health_change(self, not hung)
+                self.on_health_change(self, self.available)
 
     def _merge_and_run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
         return self._run_model(merge_inputs(parts))
@@ -142,7 +148,44 @@ class ThreadInstance(Instance):
 
     @property
     def healthy(self) -> bool:
-        return not self._closed and not self._hung
+        return not self._closed and not self._hung and not self._restarting
+
+    @property
+    def can_restart(self) -> bool:
+        return self._factory is not None
+
+    async def restart(self) -> None:
+        """Reload: the batch in flight fails as InstanceDied (retried elsewhere), a new thread loads a
+        new backend and warms it; the old thread, if stuck in the model, is left behind (a daemon)."""
+        if self._factory is None or self._closed:
+            raise InstanceDied(f"instance {self.name} cannot be reloaded")
+        self._restarting = True
+        self._generation += 1
+        for watch in list(self._watches):
+            watch.abandon(f"instance {self.name} was restarted by its health checks")
+        old_worker, old_backend, stuck = self._worker, self._backend, self._in_batch > 0
+        if stuck:
+            log.warning("instance %s is stuck in a batch; its thread is left behind", self.name)
+            old_worker.stop()
+        else:
+            closing = old_worker.submit(lambda _: old_backend.close(), None)
+            old_worker.stop()
+            try:
+                await closing
+            except Exception:
+                log.exception("closing instance %s before its reload", self.name)
+        self._worker = _Worker(f"instance-{self.name}")
+        self._backend = self._factory()
+        self._in_batch = 0
+        self._hung = False
+        try:
+            await self._worker.submit(self._load, self._spec)
+            if self.warm is not None:
+                await self.warm(self)
+        finally:
+            self._restarting = False
+        if self.on_restart is not None:
+            self.on_restart(self)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -164,22 +207,28 @@ class _HangWatch:
 
     A thread cannot be killed, so a batch past ``hung_after_s`` is failed as ``InstanceDied`` (the
     scheduler retries it once on another instance) and the instance leaves rotation. If the model
-    does return at last, its late result is dropped and the instance rejoins.
+    does return at last, its late result is dropped and the instance rejoins. A batch of a thread
+    abandoned by a reload (``abandon``) is failed the same way, and whatever it returns is ignored.
     """
 
-    __slots__ = ("_instance", "_on_done", "timer")
+    __slots__ = ("_generation", "_instance", "_on_done", "timer")
 
     def __init__(self, instance: ThreadInstance, on_done: BatchDone) -> None:
         self._instance = instance
+        self._generation = instance._generation
         self._on_done: BatchDone | None = on_done
         self.timer: asyncio.TimerHandle | None = None
 
     def done(self, outputs: Any, error: BaseException | None) -> None:
-        self._instance._in_batch -= 1
+        instance = self._instance
+        instance._watches.discard(self)
         if self.timer is not None:
             self.timer.cancel()
+        if self._generation != instance._generation:  # from a thread a reload left behind
+            return
+        instance._in_batch -= 1
         if self._on_done is None:  # reported as hung already; the thread is free again
-            self._instance._set_hung(False)
+            instance._set_hung(False)
             return
         on_done, self._on_done = self._on_done, None
         on_done(outputs, error)
@@ -194,3 +243,12 @@ class _HangWatch:
         on_done(None, InstanceDied(f"instance {instance.name} ran one batch past {instance._hung_after_s:g} s"))
         if instance.on_lost is not None:  # a thread has no restart to wait for
             instance.on_lost(instance)
+
+    def abandon(self, reason: str) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self._instance._watches.discard(self)
+        if self._on_done is not None:
+            on_done, self._on_done = self._on_done, None
+            on_done(None, InstanceDied(reason))

@@ -66,6 +66,7 @@ def load_spec_from_json(text: str) -> LoadSpec:
         directory=Path(raw["directory"]),
         config=ModelConfig.model_validate(raw["config"]),
         device=Device(raw["device"]["kind"], int(raw["device"]["index"])),
+        instance=str(raw.get("instance", "")),
     )
 
 
@@ -78,6 +79,7 @@ def load_spec_to_json(spec: LoadSpec) -> str:
             "directory": str(spec.directory),
             "config": spec.config.model_dump(mode="json"),
             "device": {"kind": spec.device.kind, "index": spec.device.index},
+            "instance": spec.instance,
         }
     ).decode()
 

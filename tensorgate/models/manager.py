@@ -81,6 +81,9 @@ class ModelManager:
         self._drain_timeout_s = drain_timeout_s
         self._rng = rng if rng is not None else random.Random()
         self.models: dict[str, ModelEntry] = {}
+        # True until the startup scan has named every model: the listeners are up before it, and a
+        # model not named yet is not unknown (503, retried elsewhere by a balancer, rather than 404).
+        self.starting = True
         self._background: set[asyncio.Task[None]] = set()  # drains, and re-applies after a rollout's end
         self._closed = False
 
@@ -88,6 +91,7 @@ class ModelManager:
         """Startup: every model found counts for readiness; models load side by side."""
         for source in sources:
             self.models[source.name] = ModelEntry(source)
+        self.starting = False
         await asyncio.gather(*(self._apply_quietly(self.models[s.name], s) for s in sources))
 
     async def _apply_quietly(self, entry: ModelEntry, source: ModelSource) -> None:
@@ -194,6 +198,8 @@ class ModelManager:
         entry.statuses[number] = status
         entry.loaded[number] = identity
         entry.wanted = True
+        if version.health is not None:
+            version.health.start()
         self._metrics.model_ready.labels(name, str(number)).set(1)
         log.info("model %s version %d is READY", name, number)
         if replacing is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from tensorgate.clock import Clock
 from tensorgate.errors import InvalidInput, TensorgateError, Unavailable
 from tensorgate.instances.base import Instance
+from tensorgate.instances.health import HealthMonitor
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.specs import ResolvedSpecs
 from tensorgate.models.validation import TensorRules
@@ -63,6 +64,7 @@ class ModelVersion:
         self.metrics = metrics
         self._clock = clock
         self.scheduler = Scheduler(name, version, pool, specs.batch, queue, clock, metrics, tracer)
+        self.health: HealthMonitor | None = None  # the instances' health checks, started when it serves
 
     @property
     def ready(self) -> bool:
@@ -101,6 +103,8 @@ class ModelVersion:
         """Finish what is queued and running within ``drain_timeout_s`` in all, then close the
         instances side by side (a stuck worker's kill grace is paid once, not once per worker)."""
         self.state = VersionState.DRAINING
+        if self.health is not None:  # no probe or restart while the instances stop
+            await self.health.aclose()
         deadline = self._clock.now() + drain_timeout_s
         await self.scheduler.drain(drain_timeout_s)
         await self.scheduler.aclose(timeout_s=max(0.0, deadline - self._clock.now()))

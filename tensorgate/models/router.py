@@ -27,6 +27,8 @@ class ModelRouter:
         entry = self._manager.models.get(name)
         if entry is None:
             check_model_name(name)  # 400 for a name that could never exist, 404 for an unknown one
+            if self._manager.starting:
+                raise Unavailable("the server is starting: its models are not known yet", retry_after_s=1.0)
             raise NotFound(f"unknown model '{name}'")
         return entry
 

@@ -15,18 +15,20 @@ from collections.abc import Awaitable, Callable
 from tensorgate.backends.base import LoadSpec
 from tensorgate.backends.registry import missing_runtime
 from tensorgate.clock import Clock
-from tensorgate.config.model_config import DynamicBatching
+from tensorgate.config.model_config import DynamicBatching, WarmupSample
 from tensorgate.errors import ModelLoadError
 from tensorgate.instances.base import Instance, InstanceDied
 from tensorgate.instances.factory import create_instance, placements
+from tensorgate.instances.health import HealthMonitor, finite_outputs
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
 from tensorgate.models.specs import resolve_specs
-from tensorgate.models.warmup import warm_up
+from tensorgate.models.warmup import build_sample, warm_up
 from tensorgate.observability.metrics import Metrics
 from tensorgate.observability.tracing import Tracer
 from tensorgate.repository.source import ModelSource, VersionSource
 from tensorgate.scheduling.scheduler import QueueSettings
+from tensorgate.types import Array
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +89,11 @@ async def _build_batching(
     suffix = "" if generation == 0 else f"_r{generation}"
     try:
         for index, placement in enumerate(placements(source.config.instance_group, source.device_id)):
-            spec = LoadSpec(name, version, vsource.artifact, vsource.directory, source.config, placement.device)
-            instance = create_instance(f"{name}_{version}_{index}{suffix}", source.backend, spec, placement)
+            instance_name = f"{name}_{version}_{index}{suffix}"
+            spec = LoadSpec(
+                name, version, vsource.artifact, vsource.directory, source.config, placement.device, instance_name
+            )
+            instance = create_instance(instance_name, source.backend, spec, placement)
             instances.append(instance)
             await instance.start()
         first = instances[0]
@@ -121,8 +126,10 @@ async def _build_batching(
             _wire(instance, model_version, warm)
         status.state = VersionState.WARMING
         warm_started = clock.now()
-        await _warm_all(instances, warm)
+        reference = await _warm_all(instances, warm)
         metrics.warmup_seconds.labels(name, str(version)).observe(clock.now() - warm_started)
+        if source.config.health_check.enabled:
+            _monitor(model_version, source, vsource, reference)
     except BaseException:  # a failed load, or a cancelled one (shutdown): nothing it started survives it
         await _close_all(instances)
         raise
@@ -139,7 +146,29 @@ async def _build_batching(
     return model_version
 
 
-def _wire(instance: Instance, version: ModelVersion, warm: Callable[[Instance], Awaitable[None]]) -> None:
+def _monitor(
+    version: ModelVersion, source: ModelSource, vsource: VersionSource, reference: dict[str, Array] | None
+) -> None:
+    """Health checks for the version: the probe sample is the first warm-up sample (zeros of the
+    declared shapes without one); the outputs the warm-up gave for it (else the first probe's) say
+    which outputs must stay finite."""
+    samples = source.config.warmup or [WarmupSample(name="probe")]
+    sample = build_sample(samples[0], version.specs.inputs, version.specs.max_batch_size > 0, vsource.directory)
+    monitor = HealthMonitor(
+        f"{version.name}/{version.version}",
+        version.pool,
+        source.config.health_check,
+        sample,
+        None if reference is None else finite_outputs(reference),
+        version.scheduler.poke,
+        on_probe=lambda instance, ok: version.metrics.instance_probe(instance.name, ok),
+    )
+    version.health = version.scheduler.health = monitor
+
+
+def _wire(
+    instance: Instance, version: ModelVersion, warm: Callable[[Instance], Awaitable[dict[str, Array] | None]]
+) -> None:
     """Connect an instance to its version: health, restarts and losses reach the metrics and the
     scheduler, and a restarted instance runs ``warm`` before it rejoins rotation."""
     instance.on_health_change = _health_listener(version)
@@ -150,7 +179,9 @@ def _wire(instance: Instance, version: ModelVersion, warm: Callable[[Instance], 
         version.metrics.track_worker(instance.name, functools.partial(_pid_of, instance))
 
 
-async def _warm_all(instances: list[Instance], warm: Callable[[Instance], Awaitable[None]]) -> None:
+async def _warm_all(
+    instances: list[Instance], warm: Callable[[Instance], Awaitable[dict[str, Array] | None]]
+) -> dict[str, Array] | None:
     """Warm every instance side by side.
 
     One that dies warming up (a worker killed, or out of memory) is left to its restart, which warms
@@ -167,6 +198,7 @@ async def _warm_all(instances: list[Instance], warm: Callable[[Instance], Awaita
         raise ModelLoadError(f"every instance died during warm-up (first: {died[0][1]})")
     for instance, error in died:
         log.warning("instance %s died during warm-up (%s); it rejoins once restarted and warmed", instance.name, error)
+    return next((r for r in results if isinstance(r, dict)), None)
 
 
 def _health_listener(version: ModelVersion) -> Callable[[Instance, bool], None]:

@@ -76,11 +76,17 @@ async def warm_up(
     specs: tuple[TensorSpec, ...],
     batched: bool,
     directory: Path,
-) -> None:
+) -> dict[str, Array] | None:
+    """Run every sample ``count`` times; returns what the first sample gave (the health probes'
+    reference), None when there are no samples."""
+    first: dict[str, Array] | None = None
     for sample in samples:
         inputs = build_sample(sample, specs, batched, directory)
         for _ in range(sample.count):
             try:
-                await instance.execute(inputs)
+                outputs = await instance.execute(inputs)
             except ModelFailed as exc:
                 raise ModelLoadError(f"warm-up sample '{sample.name}' failed: {exc}") from exc
+            if first is None:
+                first = outputs
+    return first

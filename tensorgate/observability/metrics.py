@@ -151,6 +151,13 @@ class Metrics:
                 [*mv, "instance"],
             )
         )
+        self.instance_probes = r(
+            Counter(
+                "tensorgate_instance_probes",
+                "Health probes run on each instance, by outcome (ok, failed).",
+                [*mv, "instance", "outcome"],
+            )
+        )
         self.load_seconds = r(
             Histogram(
                 "tensorgate_model_load_duration_seconds",
@@ -295,6 +302,9 @@ class VersionMetrics:
 
     def untrack_worker(self, instance: str) -> None:
         self.metrics.workers.untrack((self.model, self.version, instance))
+
+    def instance_probe(self, instance: str, ok: bool) -> None:
+        self.metrics.instance_probes.labels(self.model, self.version, instance, "ok" if ok else "failed").inc()
 
     def instance_restart(self, instance: str) -> None:
         self.metrics.instance_restarts.labels(self.model, self.version, instance).inc()

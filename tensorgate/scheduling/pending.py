@@ -23,6 +23,9 @@ class Pending:
     attempts: int = 0
     failed_on: Any = None  # the instance a failed attempt ran on: its retry goes elsewhere when it can
     dispatched_at: float | None = None
+    # The model raised on this request's first attempt (a Fault shared by that batch's requests): if
+    # another instance then answers it, the failure was the first instance's, not the input's.
+    fault: Any = None
 
     def __init__(
         self,
@@ -48,3 +51,15 @@ class Pending:
         self.attempts = attempts
         self.failed_on = failed_on
         self.dispatched_at = dispatched_at
+        self.fault = None
+
+
+class Fault:
+    """One batch that raised on an instance, shared by its requests while they are retried elsewhere."""
+
+    __slots__ = ("counted", "instance", "message")
+
+    def __init__(self, instance: Any, message: str) -> None:
+        self.instance = instance
+        self.message = message
+        self.counted = False

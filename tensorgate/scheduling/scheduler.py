@@ -32,13 +32,14 @@ from tensorgate.errors import (
 )
 from tensorgate.instances.base import Instance, InstanceDied, ModelFailed
 from tensorgate.instances.batch_tensors import split_outputs
+from tensorgate.instances.health import HealthMonitor
 from tensorgate.instances.pool import InstancePool
 from tensorgate.observability.metrics import VersionMetrics
 from tensorgate.observability.trace_context import sampled
 from tensorgate.observability.tracing import NOOP_BATCH, NOOP_TRACER, BatchSpan, Tracer
 from tensorgate.scheduling.batch_cost import BatchCost
 from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, decide
-from tensorgate.scheduling.pending import Pending
+from tensorgate.scheduling.pending import Fault, Pending
 from tensorgate.scheduling.request_queue import RequestQueue
 from tensorgate.types import Array, InferRequest, InferResponse
 
@@ -123,6 +124,7 @@ class Scheduler:
         self._pump_scheduled = False
         self.stats = VersionStats()
         self.batch_cost = BatchCost() if batch.batching and batch.adaptive_delay else None
+        self.health: HealthMonitor | None = None  # set once the version serves: hears how batches end
 
     # -- admission -----------------------------------------------------------------------------
 
@@ -373,15 +375,29 @@ class Scheduler:
                         settle(item.future, InternalError(f"model '{self.model}' failed twice: its instance died"))
                     else:
                         retry.append(item)
+                if self.health is not None:
+                    self.health.batch_failed(instance, error)
                 return
             if isinstance(error, ModelFailed):
                 log.warning("model %s/%s raised on a batch of %d: %s", self.model, self.version, len(batch), error)
+                # Inference is idempotent: another instance in rotation gets one try at it. If it answers,
+                # the fault was this instance's (a device error) and counts against its health; if it
+                # raises too, the input is at fault and the client gets the 500.
+                others = self._pool.available_count() - (1 if instance.available else 0)
+                fault = Fault(instance, str(error))
                 for item in batch:
-                    settle(item.future, InternalError(f"model '{self.model}' failed to execute the request"))
+                    item.attempts += 1
+                    if item.attempts > 1 or others < 1 or self.health is None:
+                        settle(item.future, InternalError(f"model '{self.model}' failed to execute the request"))
+                    else:
+                        item.failed_on, item.fault = instance, fault
+                        retry.append(item)
                 return
             if error is not None:
                 raise error
             assert outputs is not None
+            if self.health is not None:
+                self._report_health(instance, batch)
             elapsed = self._clock.now() - started
             rows = [p.rows for p in batch]
             self._record_execution(sum(rows), elapsed, len(batch))
@@ -408,6 +424,17 @@ class Scheduler:
                 self._release(instance, retry)
             self._running.discard(ended)
             ended.set_result(None)
+
+    def _report_health(self, instance: Instance, batch: list[Pending]) -> None:
+        """A batch succeeded: its instance is well, and any instance its requests failed on is not."""
+        health = self.health
+        assert health is not None
+        health.batch_ok(instance)
+        for item in batch:
+            fault = item.fault
+            if fault is not None and not fault.counted and fault.instance is not instance:
+                fault.counted = True
+                health.batch_failed(fault.instance, ModelFailed(f"{fault.message} (another instance answered)"))
 
     def _release(self, instance: Instance, retry: list[Pending]) -> None:
         """The instance is free again: requeue what must be retried (first in line), dispatch."""
