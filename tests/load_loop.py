@@ -57,7 +57,7 @@ class Load:
                 version = document["model_version"]
                 outputs = document["outputs"]
                 data = outputs[0]["data"] if outputs else []
-                computed = float(data[0]) if data else None
+                computed = float(data[0]) if data and isinstance(data[0], int | float) else None
             self.answers.append(
                 Answer(client, sent, received, response.status_code, version, computed, response.text[:300])
             )

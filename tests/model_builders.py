@@ -187,3 +187,69 @@ def write_admin_keys(directory: Path, *keys: str) -> Path:
     path = directory / "admin_keys"
     path.write_text("# admin keys for the repository API\n" + "".join(f"{key}\n" for key in keys))
     return path
+
+
+# Fault injection: the instance named ``bad_instance`` (model_version_index) goes bad while the
+# file ``marker`` exists, whatever its restarts: it raises ("fail", a device error), blocks
+# ("hang"), or answers NaN ("nan"). Every other instance, and this one without the marker, answers
+# INPUT + 1. A test creates the marker to break one instance under load and removes it to heal it.
+FAULTY_MODEL = """
+import os
+import time
+
+import numpy as np
+
+from tensorgate import PythonModel
+
+
+class Faulty(PythonModel):
+    def load(self, context):
+        params = context.parameters
+        self.bad = context.instance == params["bad_instance"]
+        self.marker = params["marker"]
+        self.fault = params.get("fault", "fail")
+        self.delay = float(params.get("delay_ms", 0)) / 1000.0
+
+    def execute(self, inputs):
+        x = inputs["INPUT"]
+        if self.delay:
+            time.sleep(self.delay)
+        if self.bad and os.path.exists(self.marker):
+            if self.fault == "fail":
+                raise RuntimeError("device error: the accelerator stopped answering")
+            if self.fault == "hang":
+                time.sleep(60)
+            if self.fault == "nan":
+                return {"OUTPUT": np.full(x.shape, np.nan, dtype=np.float32)}
+        return {"OUTPUT": (x + 1.0).astype(np.float32)}
+"""
+
+
+def write_faulty_model(
+    repo: Path,
+    name: str,
+    marker: Path,
+    *,
+    fault: str = "fail",
+    count: int = 4,
+    bad_index: int = 2,
+    isolation: str = "thread",
+    health_check: dict[str, Any] | None = None,
+    delay_ms: float = 2.0,
+) -> Path:
+    """A FAULTY_MODEL model with ``count`` instances, instance ``bad_index`` the one that goes bad."""
+    checks = {"interval_s": 0.2, "timeout_s": 0.5, "failure_threshold": 3, "batch_timeout_s": 1.0}
+    return write_python_model(
+        repo,
+        name,
+        code=FAULTY_MODEL,
+        parameters={
+            "bad_instance": f"{name}_1_{bad_index}",
+            "marker": str(marker),
+            "fault": fault,
+            "delay_ms": delay_ms,
+        },
+        instance_group=[{"count": count, "kind": "cpu", "isolation": isolation}],
+        health_check={**checks, **(health_check or {})},
+        dynamic_batching={"max_queue_delay_ms": 1},
+    )

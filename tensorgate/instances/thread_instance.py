@@ -118,8 +118,19 @@ class ThreadInstance(Instance):
         return self._backend.outputs()
 
     async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
-        result: dict[str, Array] = await self._worker.submit(self._run_model, inputs)
-        return result
+        """Run one batch (a warm-up or a probe). Counted as in the thread until the thread returns,
+        even if the caller stops waiting (a probe's timeout): a reload must then not wait for it."""
+        future: asyncio.Future[dict[str, Array]] = asyncio.get_running_loop().create_future()
+        generation = self._generation
+        self._in_batch += 1
+
+        def returned(result: Any, error: BaseException | None) -> None:
+            if generation == self._generation:
+                self._in_batch -= 1
+            _resolve(future, result, error)
+
+        self._worker.call(self._run_model, inputs, returned)
+        return await future
 
     def run_batch(self, parts: Sequence[Mapping[str, Array]], on_done: BatchDone) -> None:
         # One loop callback from the end of this batch to the scheduler starting the next; merging
