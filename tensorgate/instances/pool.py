@@ -33,6 +33,9 @@ class InstancePool:
                 return True
         return False
 
+    def any_ejected(self) -> bool:
+        return any(i.ejected for i in self.instances)
+
     def available_count(self) -> int:
         return sum(1 for i in self.instances if i.available)
 

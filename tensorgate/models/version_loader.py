@@ -206,6 +206,8 @@ def _health_listener(version: ModelVersion) -> Callable[[Instance, bool], None]:
         version.metrics.instance_health(instance.name, healthy)
         if healthy:
             version.scheduler.poke()  # requests may be waiting for this instance
+        elif instance.ejected:  # out by its health checks: with nothing left, what waits is answered (503)
+            version.scheduler.fail_stranded()
 
     return changed
 

@@ -443,6 +443,8 @@ class Scheduler:
             if item.future is not None and not item.future.done():  # its client may have gone meanwhile
                 self._queue.requeue_front(item)
                 self._metrics.retries.inc()
+        if retry and self._pool.any_ejected() and not self._pool.any_healthy():
+            self.fail_stranded()  # its health checks took the last instance out: no retry will come soon
         self._pump()
 
     def _record_execution(self, rows: int, elapsed: float, requests: int) -> None:

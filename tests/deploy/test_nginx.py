@@ -12,6 +12,9 @@ joins to the replica that served it.
   calls fail UNAVAILABLE: each one must have been in flight on that replica at the kill; all other
   calls succeed.
 - L-2: SIGTERM one replica (its drain): zero failures over HTTP and gRPC.
+- L-3: a replica whose only instance goes bad (it hangs) leaves nginx's rotation: its stuck batch
+  is failed at the model's batch timeout and answered 503 (nginx sends it elsewhere), the health
+  checks take the instance out, the replica turns not ready; zero non-2xx at the clients over HTTP.
 - Control: the same kill without ``non_idempotent`` (the one change): the requests in flight on
   the killed replica come back 502, which is why the shipped file has it.
 """
@@ -35,7 +38,7 @@ import grpc
 import httpx
 import numpy as np
 import pytest
-from model_builders import wait_until, write_python_model
+from model_builders import wait_until, write_faulty_model, write_python_model
 from system_tools import ensure_debian_package
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -312,12 +315,18 @@ def nginx_binary() -> str:
     return ensure_debian_package("nginx", "nginx")
 
 
-def start_fleet(tmp_path: Path, binary: str, transform: Callable[[str], str] = lambda text: text) -> Fleet:
-    repo = build_repository(tmp_path / "repo")
+def start_fleet(
+    tmp_path: Path,
+    binary: str,
+    transform: Callable[[str], str] = lambda text: text,
+    repositories: Callable[[int], Path] | None = None,
+) -> Fleet:
+    """``repositories(i)``: replica i's own repository (default: one shared repository)."""
+    shared = build_repository(tmp_path / "repo")
     replicas = [
         ServerProcess(
             "--model-repository",
-            str(repo),
+            str(repositories(i) if repositories is not None else shared),
             "--replica-id",
             f"r{i}",
             "--drain-delay",
@@ -713,3 +722,42 @@ def test_control_without_non_idempotent_loses_the_requests_in_flight(control_fle
     assert lost, summary
     assert {c.outcome for c in run.failures()} == {"502"}, summary
     assert lost <= run.in_flight_on_victim(control_fleet), summary
+
+
+@pytest.fixture()
+def faulty_fleet(tmp_path: Path, nginx_binary: str) -> Iterator[tuple[Fleet, Path]]:
+    """Three replicas, each with its own repository of the fault-injection model (one instance);
+    the marker returned breaks replica 1's."""
+    markers = [tmp_path / f"broken-{i}" for i in range(REPLICAS)]
+
+    def repository(i: int) -> Path:
+        root = tmp_path / f"repo-{i}"
+        write_faulty_model(root, MODEL, markers[i], fault="hang", count=1, bad_index=0, delay_ms=DELAY_MS)
+        return root
+
+    started = start_fleet(tmp_path, nginx_binary, repositories=repository)
+    yield started, markers[1]
+    stop_fleet(started)
+
+
+def test_a_replica_whose_only_instance_goes_bad_leaves_rotation(faulty_fleet: tuple[Fleet, Path]) -> None:
+    """L-3 over HTTP: its batch hangs; the replica answers 503 for it at the batch timeout and turns
+    not ready, nginx sends its requests to the other replicas; once healed it serves again."""
+    fleet, marker = faulty_fleet
+    victim = fleet.replicas[1]
+    with Load("http", fleet.nginx.url) as load:
+        wait_until(lambda: load.ok_count() >= 50 and len(fleet.served_by(fleet.nginx.entries())) == REPLICAS, 30.0)
+        marker.touch()
+        wait_until(lambda: httpx.get(f"{victim.url}/v2/health/ready").status_code != 200, 30.0)
+        broke = len(load.snapshot())
+        wait_until(lambda: len(load.snapshot()) >= broke + 300, 30.0)  # served by the two others meanwhile
+        marker.unlink()
+        wait_until(lambda: httpx.get(f"{victim.url}/v2/health/ready").status_code == 200, 30.0)
+        healed = time.monotonic()
+        wait_until(lambda: time.monotonic() > healed + fail_timeout_s() + 1.0, 30.0)
+    calls, entries = load.snapshot(), fleet.nginx.entries()
+    assert [c for c in calls if not c.ok] == [], [c for c in calls if not c.ok][:5]
+    address = victim.http_address
+    # What the victim could not serve it answered 503, and nginx sent on to another replica.
+    assert any(e.tried[0] == address and len(e.tried) > 1 and e.status == 200 for e in entries)
+    assert any(e.served_by == address for e in entries[-100:] if e.status == 200)  # and it serves again
