@@ -98,16 +98,16 @@ class HealthMonitor:
         label: str,
         pool: InstancePool,
         settings: HealthCheck,
-        sample: Mapping[str, Array],
-        finite: frozenset[str] | None,
+        sample: Mapping[str, Array] | None,
+        finite: frozenset[str],
         poke: Callable[[], None],
         on_probe: Callable[[Instance, bool], None] | None = None,
     ) -> None:
         self._label = label  # "model/version", for the log
         self._pool = pool
         self._settings = settings
-        self._sample = sample
-        self._finite = finite  # None: the first probe's outputs set it
+        self._sample = sample  # None: no probe sample the model takes, so no probes
+        self._finite = finite  # the outputs a fresh instance gave finite for the sample
         self._poke = poke  # the scheduler looks at its queue again once an instance is free
         self._on_probe = on_probe  # counts each probe's outcome (metrics)
         self.records = {i: HealthRecord(settings.failure_threshold, settings.success_threshold) for i in pool.instances}
@@ -118,7 +118,7 @@ class HealthMonitor:
         self._closed = False
 
     def start(self) -> None:
-        if self._settings.enabled:
+        if self._settings.enabled and self._sample is not None:
             self._loop_task = asyncio.get_running_loop().create_task(self._watch())
 
     async def aclose(self) -> None:
@@ -169,14 +169,14 @@ class HealthMonitor:
     async def _probe(self, instance: Instance) -> str | None:
         """Run the probe sample on an idle instance: "" when good, the problem when not, None when
         the instance was busy (real work goes first)."""
+        if self._sample is None:
+            return ""  # nothing to probe with: a restarted instance rejoins once it is up and warm
         if instance in self._probing or not self._pool.acquire_for_probe(instance):
             return None
         self._probing.add(instance)
         problem = ""
         try:
             outputs = await asyncio.wait_for(instance.execute(self._sample), self._settings.timeout_s)
-            if self._finite is None:
-                self._finite = finite_outputs(outputs)
             problem = probe_problem(outputs, self._finite)
         except TimeoutError:
             problem = f"the probe ran past its timeout of {self._settings.timeout_s:g} s"

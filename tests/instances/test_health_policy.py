@@ -112,7 +112,7 @@ async def test_a_fatal_failure_ejects_restarts_and_good_probes_readmit() -> None
         pool,
         settings,
         {"x": np.zeros((1, 1), np.float32)},
-        None,
+        frozenset({"x"}),
         lambda: pokes.append(1),
         on_probe=lambda i, ok: probes.append((i.name, ok)),
     )
@@ -139,7 +139,7 @@ async def test_failures_of_real_batches_count_and_a_success_resets_them() -> Non
     instance = _Flaky("a")
     pool = InstancePool([instance, _Flaky("b")])
     monitor = HealthMonitor(
-        "m/1", pool, HealthCheck(interval_s=60), {"x": np.zeros((1, 1), np.float32)}, None, lambda: None
+        "m/1", pool, HealthCheck(interval_s=60), {"x": np.zeros((1, 1), np.float32)}, frozenset({"x"}), lambda: None
     )
     for _ in range(5):
         monitor.batch_failed(instance, ModelFailed("device error"))
@@ -149,4 +149,19 @@ async def test_failures_of_real_batches_count_and_a_success_resets_them() -> Non
     for _ in range(3):
         monitor.batch_failed(instance, ModelFailed("device error"))
     assert instance.ejected
+    await monitor.aclose()
+
+
+async def test_without_a_sample_the_model_takes_real_batches_still_eject_and_a_restart_readmits() -> None:
+    bad, good = _Flaky("a"), _Flaky("b")
+    pool = InstancePool([bad, good])
+    monitor = HealthMonitor("m/1", pool, HealthCheck(interval_s=0.01), None, frozenset(), lambda: None)
+    rejoined = asyncio.Event()
+    bad.on_health_change = lambda instance, available: rejoined.set() if available else None
+    monitor.start()
+    bad.broken = True  # a probe would fail now; with no sample none is sent
+    monitor.batch_failed(bad, InstanceDied("hung"))
+    assert bad.ejected
+    await asyncio.wait_for(rejoined.wait(), 5)
+    assert bad.restarts == 1 and not bad.ejected
     await monitor.aclose()
