@@ -14,6 +14,7 @@ import gc
 import logging
 import signal
 import socket
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,7 +40,13 @@ from tensorgate.repository.flat import from_flat_entries
 from tensorgate.repository.scanner import scan_repository
 from tensorgate.repository.source import ModelSource
 from tensorgate.repository.watcher import ModelPrint, fingerprint_repository, with_revisions
-from tensorgate.security.admin_keys import AdminKeys
+from tensorgate.security.admin_keys import read_admin_keys
+from tensorgate.security.api_keys import ApiKeysFile
+from tensorgate.security.gate import Gate
+from tensorgate.security.identity import Limits
+from tensorgate.security.jwt_tokens import JwtVerifier
+from tensorgate.security.tls import GRPC_ALPN, HTTP_ALPN, CertificateFiles
+from tensorgate.security.tls import POLL_S as CERTIFICATE_POLL_S
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +103,9 @@ class Server:
         self.metrics = metrics or Metrics(enabled=config.server.metrics_port is not None)
         self.manager = ModelManager(self.clock, self.metrics, drain_timeout_s=config.server.exit_timeout_s)
         self.repository: RepositoryControl | None = None  # built at start, once the repository is known
-        self._admin_keys: AdminKeys | None = None
+        self.gate = Gate(self.clock)  # replaced at start by one built from the auth settings
+        self.certificates: CertificateFiles | None = None
+        self._certificate_task: asyncio.Task[None] | None = None
         self.service = InferenceService(self.manager)
         self.access_log = AccessLog(
             fmt=config.server.log_format, enabled=config.server.access_log, replica=config.server.replica_id
@@ -143,15 +152,16 @@ class Server:
             section.model_control,
             root,
             poll_s=section.repository_poll_s,
-            admin_keys=self._admin_keys,
             pinned=flat,
         )
 
     async def start(self) -> None:
         section = self.config.server
-        # Read before anything binds: a keys file that cannot be used stops the start with its reason.
-        if section.admin_keys_file is not None:
-            self._admin_keys = AdminKeys.from_file(section.admin_keys_file)
+        # Read before anything binds: a keys file or certificate that cannot be used stops the start
+        # with its reason.
+        self.gate = self._gate()
+        if section.tls is not None:
+            self.certificates = CertificateFiles(section.tls)
         tune_malloc()
         self.tracer = self._given_tracer or build_tracer(section.trace_exporter, section.trace_sample_ratio)
         self.manager.tracer = self.tracer
@@ -166,31 +176,73 @@ class Server:
         )
         http = HttpListener(
             "http",
-            HttpApp(self.service, settings, self.clock, self.access_log, self.tracer),
+            HttpApp(self.service, settings, self.clock, self.access_log, self.tracer, self.gate),
             bind_socket(section.host, section.http_port),
             keep_alive_s=section.keep_alive_s,
             exit_timeout_s=section.exit_timeout_s,
             header_timeout_s=section.header_timeout_s,
+            max_connections=section.max_connections,
+            tls=self._tls(HTTP_ALPN),
         )
         self._listeners.append(http)
         if section.metrics_port is not None:
             self._listeners.append(
                 HttpListener(
                     "metrics",
-                    metrics_app(self.metrics.registry),
+                    metrics_app(self.metrics.registry, self.gate),
                     bind_socket(section.host, section.metrics_port),
+                    max_connections=section.max_connections,
+                    tls=self._tls(HTTP_ALPN) if section.metrics_tls else None,
                 )
             )
         for listener in self._listeners:
             await listener.start()
             self.ports[listener.name] = listener.port
         await self._start_grpc()
+        if self.certificates is not None:
+            self._certificate_task = asyncio.get_running_loop().create_task(self._watch_certificates())
         self._write_ports()
         log.info("listening", extra={"ports": self.ports, "host": section.host})
         await self._load_models()
         self.service.started = True
         _tune_gc()
         log.info("server ready" if self.service.ready() else "server started; some models are not ready")
+
+    def _gate(self) -> Gate:
+        """Who may call, from the auth settings; the admin keys file is one source of admin keys."""
+        section = self.config.server
+        admin_keys = None if section.admin_keys_file is None else read_admin_keys(section.admin_keys_file)
+        auth = section.auth
+        if auth is None:
+            return Gate(self.clock, admin_keys=admin_keys, on_refused=self._count_refused)
+        rate = auth.rate_limit
+        defaults = Limits(
+            None if rate is None else rate.requests_per_s, None if rate is None else rate.burst, auth.max_inflight
+        )
+        return Gate(
+            self.clock,
+            admin_keys=admin_keys,
+            api_keys=None if auth.api_keys_file is None else ApiKeysFile(auth.api_keys_file, self.clock, defaults),
+            tokens=None if auth.jwt is None else JwtVerifier(auth.jwt, defaults),
+            public_health=auth.public_health,
+            on_refused=self._count_refused,
+        )
+
+    def _count_refused(self, identity: str, outcome: str) -> None:
+        self.metrics.refused.labels(identity, outcome).inc()
+
+    def _tls(self, alpn: list[str]) -> ssl.SSLContext | None:
+        return None if self.certificates is None else self.certificates.context(alpn)
+
+    async def _watch_certificates(self) -> None:
+        """Rotation without a restart: new certificate files are loaded for the next handshakes."""
+        assert self.certificates is not None
+        while True:
+            await asyncio.sleep(CERTIFICATE_POLL_S)
+            try:
+                self.certificates.poll()
+            except Exception:  # the boundary: a failed look must not end the watch
+                log.exception("checking the TLS certificate files failed")
 
     async def _load_models(self) -> None:
         """Scan the repository (off the loop), load every model, then start polling if asked to."""
@@ -213,12 +265,15 @@ class Server:
         max_message = section.grpc_max_message_bytes or section.max_body_bytes
         self._grpc = GrpcListener(
             self.service,
-            GrpcSettings(limits=GrpcLimits(section.max_elements, max_message), access=self.access_log),
+            GrpcSettings(limits=GrpcLimits(section.max_elements, max_message), access=self.access_log, gate=self.gate),
             self.tracer,
             self.clock,
             host=section.host,
             port=section.grpc_port,
             max_message_bytes=max_message,
+            tls=self._tls(GRPC_ALPN),
+            max_connections=section.max_connections,
+            gate=self.gate,
         )
         await self._grpc.start()
         self.ports["grpc"] = self._grpc.port
@@ -260,6 +315,8 @@ class Server:
         if self._grpc is not None:
             stopping.append(self._grpc.stop(grace_s=section.exit_timeout_s))  # GOAWAY; in-flight RPCs finish
         await asyncio.gather(*stopping)
+        if self._certificate_task is not None:
+            self._certificate_task.cancel()
         if self.repository is not None:
             await self.repository.aclose()  # no change starts while the models stop
         abandoned = sum(

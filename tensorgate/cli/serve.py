@@ -33,7 +33,25 @@ _FLAG_KEYS = {
     "model_control": "model_control",
     "repository_poll_secs": "repository_poll_s",
     "admin_keys_file": "admin_keys_file",
+    "max_connections": "max_connections",
 }
+# Flags that set a key of a section inside ``server``: (flag, section, key).
+_SECTION_FLAGS = (
+    ("tls_cert", "tls", "cert_file"),
+    ("tls_key", "tls", "key_file"),
+    ("tls_client_ca", "tls", "client_ca_file"),
+    ("api_keys_file", "auth", "api_keys_file"),
+)
+# Paths in the config, relative to the config file when it set them (else to the working directory).
+_PATHS = (
+    ("model_repository",),
+    ("admin_keys_file",),
+    ("tls", "cert_file"),
+    ("tls", "key_file"),
+    ("tls", "client_ca_file"),
+    ("auth", "api_keys_file"),
+    ("auth", "jwt", "jwks_file"),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +85,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--repository-poll-secs", type=float, help="seconds between repository scans in poll mode")
     parser.add_argument("--admin-keys-file", type=Path, help="admin keys, one per line, for the repository API")
+    parser.add_argument("--tls-cert", type=Path, help="serve HTTPS and gRPC over TLS with this certificate (PEM)")
+    parser.add_argument("--tls-key", type=Path, help="the private key of --tls-cert (PEM)")
+    parser.add_argument(
+        "--tls-client-ca", type=Path, help="mutual TLS: refuse clients without a certificate this CA signed"
+    )
+    parser.add_argument(
+        "--api-keys-file", type=Path, help="turn authentication on: the API keys file (sha256 name roles [models])"
+    )
+    parser.add_argument("--max-connections", type=int, help="connections past this are closed as accepted")
 
 
 def build_config(args: argparse.Namespace) -> tuple[ServerConfig, Path, str]:
@@ -85,6 +112,12 @@ def build_config(args: argparse.Namespace) -> tuple[ServerConfig, Path, str]:
         value = getattr(args, flag, None)
         if value is not None:
             server[key] = value
+    for flag, section, key in _SECTION_FLAGS:
+        value = getattr(args, flag, None)
+        if value is not None:
+            server[section] = {**(server.get(section) or {}), key: value.resolve()}
+            if flag == "tls_client_ca":  # the flag means mutual TLS; a config file may make it optional
+                server[section].setdefault("require_client_cert", True)
     if getattr(args, "no_metrics", False):
         server["metrics_port"] = None
     if getattr(args, "no_access_log", False):
@@ -92,16 +125,25 @@ def build_config(args: argparse.Namespace) -> tuple[ServerConfig, Path, str]:
     data["server"] = server
     config = validate(ServerConfig, data, source)
     # A relative path is relative to the config file when the file set it, else to the working directory.
-    for name in ("model_repository", "admin_keys_file"):
-        path = getattr(config.server, name)
-        if path is not None and not path.is_absolute():
-            from_file = args.config is not None and getattr(args, name, None) is None
-            path = (base_dir / path) if from_file else path.resolve()
-            config = config.model_copy(update={"server": config.server.model_copy(update={name: path})})
+    for keys in _PATHS:
+        from_file = args.config is not None and (len(keys) > 1 or getattr(args, keys[0], None) is None)
+        config = config.model_copy(update={"server": _resolved(config.server, keys, base_dir if from_file else None)})
     repo = config.server.model_repository
     if repo is not None and not repo.is_dir():
         raise ConfigError(f"{source}: key 'server.model_repository': {repo} is not a directory")
     return config, base_dir, source
+
+
+def _resolved(section: Any, keys: tuple[str, ...], base: Path | None) -> Any:
+    """``section`` with the path at ``keys`` made absolute (against ``base``, else the working directory)."""
+    value = getattr(section, keys[0])
+    if value is None:
+        return section
+    if len(keys) > 1:
+        return section.model_copy(update={keys[0]: _resolved(value, keys[1:], base)})
+    if value.is_absolute():
+        return section
+    return section.model_copy(update={keys[0]: base / value if base is not None else value.resolve()})
 
 
 def _loop_factory() -> Any:

@@ -12,6 +12,55 @@ from tensorgate.config.model_config import DEFAULT_MAX_QUEUE_SIZE, DynamicBatchi
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
+class TlsSection(Strict):
+    """HTTPS and gRPC over TLS on the same ports; mutual TLS with a client CA."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None  # verify client certificates against this CA
+    require_client_cert: bool = False  # refuse, in the handshake, a client without one
+
+    @model_validator(mode="after")
+    def _mutual(self) -> TlsSection:
+        if self.require_client_cert and self.client_ca_file is None:
+            raise ValueError("require_client_cert needs client_ca_file (the CA that signs client certificates)")
+        return self
+
+
+class RateLimitSection(Strict):
+    """A token bucket per identity: ``requests_per_s`` on average, up to ``burst`` at once."""
+
+    requests_per_s: float = Field(gt=0)
+    burst: int | None = Field(default=None, ge=1)  # None: one second's worth
+
+
+class JwtSection(Strict):
+    """OAuth2 bearer tokens checked offline against the keys of a JWKS file."""
+
+    jwks_file: Path
+    issuer: str
+    audience: str
+    leeway_s: float = Field(default=30.0, ge=0)
+    roles_claim: str = "scope"  # "scope" (space-separated) or a claim holding a list ("roles")
+    models_claim: str | None = None  # a claim listing the models the token may use; None: all
+
+
+class AuthSection(Strict):
+    """Who may call: API keys, JWTs, or both. On when either is set; health stays open by default."""
+
+    api_keys_file: Path | None = None
+    jwt: JwtSection | None = None
+    public_health: bool = True  # /v2/health/* and gRPC health answer without credentials
+    rate_limit: RateLimitSection | None = None  # the default for identities the keys file gives none
+    max_inflight: int | None = Field(default=None, ge=1)  # per identity, unless its key line says
+
+    @model_validator(mode="after")
+    def _some_source(self) -> AuthSection:
+        if self.api_keys_file is None and self.jwt is None:
+            raise ValueError("auth needs api_keys_file or jwt (who may call)")
+        return self
+
+
 class ServerSection(Strict):
     host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=0, le=65535)
@@ -46,6 +95,11 @@ class ServerSection(Strict):
     model_control: Literal["none", "poll", "explicit"] = "none"
     repository_poll_s: float = Field(default=5.0, gt=0)
     admin_keys_file: Path | None = None  # one key per line; the repository API needs one of them
+    tls: TlsSection | None = None
+    metrics_tls: bool = False  # the metrics port too (else plain text, for a scraper inside the cluster)
+    auth: AuthSection | None = None
+    # Connections past this are closed as they are accepted (HTTP and gRPC each); None: no cap.
+    max_connections: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _management(self) -> ServerSection:
@@ -54,6 +108,8 @@ class ServerSection(Strict):
                 "model_control explicit opens the repository API, which needs admin_keys_file "
                 "(a file of admin keys, one per line)"
             )
+        if self.metrics_tls and self.tls is None:
+            raise ValueError("metrics_tls needs tls (the certificate to serve the metrics port with)")
         return self
 
 

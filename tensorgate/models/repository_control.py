@@ -3,7 +3,8 @@
 - ``none``: the repository as it was at startup.
 - ``poll``: a task rescans the repository every ``poll_s`` and hands each change to the manager
   (scanning runs in a thread, so no poll ever holds up the event loop or a request).
-- ``explicit``: the repository API (index, load, unload) changes what serves; it needs an admin key.
+- ``explicit``: the repository API (index, load, unload) changes what serves; it needs an admin key
+  (the protocols' gate asks for one: :mod:`tensorgate.security.gate`).
   In poll mode the API's index (which changes nothing) answers too, to an admin key.
 
 The API never takes a path, a URL or a file from the request: it loads only what the repository
@@ -26,7 +27,6 @@ from tensorgate.models.manager import ModelManager
 from tensorgate.models.model_version import VersionState
 from tensorgate.repository.names import check_model_name, is_valid_model_name
 from tensorgate.repository.watcher import ModelChange, ModelPrint, RepositoryWatcher, scan_with_revisions
-from tensorgate.security.admin_keys import AdminKeys
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +49,12 @@ class RepositoryControl:
         root: Path | None,
         *,
         poll_s: float = 5.0,
-        admin_keys: AdminKeys | None = None,
         pinned: frozenset[str] = frozenset(),
     ) -> None:
         self._manager = manager
         self.mode = mode
         self._root = root.resolve() if root is not None else None
         self._poll_s = poll_s
-        self._admin_keys = admin_keys
         self._pinned = pinned  # models from the config file's ``models:`` list: never the repository's
         self._task: asyncio.Task[None] | None = None
         self._watcher: RepositoryWatcher | None = None
@@ -106,10 +104,10 @@ class RepositoryControl:
 
     # -- the repository API (explicit mode) ------------------------------------------------------
 
-    def authorize(self, authorization: str | None, *, changes: bool) -> None:
-        """Before anything of a repository API request is read. Load and unload (``changes``) need
-        explicit mode; the index, which changes nothing, is also open in poll mode. Either needs
-        admin keys to be configured (403 otherwise) and one of them in the request (401)."""
+    def authorize(self, *, changes: bool) -> None:
+        """Before anything of a repository API request is read, and after the protocol's gate took
+        an admin credential. Load and unload (``changes``) need explicit mode; the index, which
+        changes nothing, is also open in poll mode."""
         allowed = ("explicit",) if changes else ("explicit", "poll")
         if self.mode not in allowed:
             needed = "explicit" if changes else "poll or explicit"
@@ -117,9 +115,6 @@ class RepositoryControl:
                 f"the model repository API is disabled on this server (model control mode '{self.mode}'; "
                 f"this call needs {needed})"
             )
-        if self._admin_keys is None:
-            raise PermissionDenied("the model repository API needs admin keys (server.admin_keys_file)")
-        self._admin_keys.check(authorization)
 
     async def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """Every model in the repository or loaded, each version with its state and any failure's reason."""

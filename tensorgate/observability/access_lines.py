@@ -26,6 +26,7 @@ class AccessLine(msgspec.Struct, omit_defaults=True):
     total_ms: float
     path: str | None = None
     replica: str | None = None  # the server's --replica-id, when it has one
+    identity: str | None = None  # who called, where authentication is on
 
 
 JSON_LINES = msgspec.json.Encoder()

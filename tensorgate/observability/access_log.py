@@ -74,8 +74,10 @@ class AccessLog:
         queue_s: float,
         compute_s: float,
         total_s: float,
+        identity: str | None = None,
     ) -> None:
-        """Queue one line (``path`` None for gRPC); called on the event loop."""
+        """Queue one line (``path`` None for gRPC; ``identity`` the caller's name, never a key or
+        token, where authentication is on); called on the event loop."""
         if not self.enabled:
             return
         # A wall-clock timestamp for the log line, not a duration.
@@ -95,6 +97,7 @@ class AccessLog:
             total_s * 1000,
             path,
             self._replica,
+            identity,
         )
         self._pending.append(line)
         if len(self._pending) >= FLUSH_RECORDS:
@@ -128,5 +131,6 @@ def _text_line(line: AccessLine) -> str:
         f"version={line.version} queue_ms={line.queue_ms:.2f} compute_ms={line.compute_ms:.2f} "
         f"total_ms={line.total_ms:.2f} request_id={line.request_id}"
         + ("" if line.replica is None else f" replica={line.replica}")
+        + ("" if line.identity is None else f" identity={line.identity}")
         + "\n"
     )

@@ -226,6 +226,14 @@ class Metrics:
                 buckets=DIFFERENCE_BUCKETS,
             )
         )
+        self.refused = r(
+            Counter(
+                "tensorgate_refused_requests",
+                "Requests refused before they were read: unauthenticated, forbidden or rate_limited, by "
+                "identity (an API key's name; one label per token issuer; '-' when no caller was known).",
+                ["identity", "outcome"],
+            )
+        )
         self.server_info = r(
             Gauge(
                 "tensorgate_server_info",

@@ -23,11 +23,14 @@ from typing import Any
 
 import grpc
 
-from tensorgate.errors import DEADLINE_CANCEL
+from tensorgate.errors import DEADLINE_CANCEL, TensorgateError
+from tensorgate.protocols.access import grpc_access
 from tensorgate.protocols.grpc.http2.connection import Http2ServerConnection
 from tensorgate.protocols.grpc.http2.header_blocks import Headers
 from tensorgate.protocols.grpc.http2.stream import Stream
 from tensorgate.protocols.grpc.methods import MethodTable
+from tensorgate.security.gate import Gate
+from tensorgate.security.identity import Identity
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1
 class CallSettings:
     max_receive_bytes: int
     max_send_bytes: int
+    gate: Gate | None = None  # authentication and rate limits, run on the headers of each call
 
 
 class Aborted(Exception):
@@ -97,12 +101,26 @@ def open_call(
         method = methods.find(path, tuple(metadata))
         if method is None:
             raise _StatusError(grpc.StatusCode.UNIMPLEMENTED, f"method {path[:128]!r} is not served here")
+        identity = _admit(settings.gate, path, fields)
     except _StatusError as exc:
         send_status(stream, exc.code, exc.details, (), headers_sent=False)
         return None
     call = Call(stream, conn, path, method, tuple(metadata), encoding, settings, calls)
+    call.identity = identity
     call.start(timeout)
     return call
+
+
+def _admit(gate: Gate | None, path: str, fields: dict[str, str]) -> Identity | None:
+    """The caller of a new call, from its headers alone: before its message is read or parsed."""
+    if gate is None:
+        return None
+    try:
+        identity = gate.check(grpc_access(path), fields.get("authorization"), fields.get("x-api-key"))
+        gate.admit(identity)
+    except TensorgateError as exc:
+        raise _StatusError(grpc.StatusCode[exc.grpc_status], exc.message) from None
+    return identity
 
 
 class Call:
@@ -152,6 +170,7 @@ class Call:
         self._reset_by_peer = False
         self._expired = False
         self._shutdown = False
+        self.identity: Identity | None = None  # who called, where authentication is on
 
     def start(self, timeout_s: float | None) -> None:
         if timeout_s is not None:
@@ -305,6 +324,8 @@ class Call:
                 self._timer.cancel()
             self._calls.discard(self)
             self._conn.call_ended()
+            if self.identity is not None and self._settings.gate is not None:
+                self._settings.gate.release(self.identity)
 
     async def _serve(self) -> None:
         method = self._method

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
@@ -25,6 +26,7 @@ from tensorgate.protocols.grpc.http2.connection import Http2Limits
 from tensorgate.protocols.grpc.methods import MethodTable
 from tensorgate.protocols.grpc.server import GrpcServer
 from tensorgate.protocols.grpc.servicer import GrpcSettings, InferenceServicer, add_to_server
+from tensorgate.security.gate import Gate
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,9 @@ class GrpcListener:
         port: int,
         max_message_bytes: int,
         limits: Http2Limits = Http2Limits(),
+        tls: ssl.SSLContext | None = None,
+        max_connections: int | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.name = "grpc"
         self._host, self._requested_port = host, port
@@ -76,9 +81,8 @@ class GrpcListener:
         reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
             reflection.aio.ReflectionServicer(names, pool=_reflection_pool()), methods
         )
-        self._server = GrpcServer(
-            methods, CallSettings(max_receive_bytes=max_message_bytes, max_send_bytes=MAX_SEND_BYTES), limits
-        )
+        call_settings = CallSettings(max_receive_bytes=max_message_bytes, max_send_bytes=MAX_SEND_BYTES, gate=gate)
+        self._server = GrpcServer(methods, call_settings, limits, tls=tls, max_connections=max_connections)
         self._port = 0
         self._refresher: asyncio.Task[None] | None = None
 

@@ -7,6 +7,7 @@ with tensorgate's services, tests with their own.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 
 from tensorgate.protocols.grpc.call import Call, CallSettings, open_call
@@ -16,11 +17,28 @@ from tensorgate.protocols.grpc.http2.stream import Stream
 from tensorgate.protocols.grpc.methods import MethodTable
 
 
+class _TurnedAway(asyncio.Protocol):
+    """A connection past ``max_connections``: closed as it is accepted, before a byte is read."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.abort()  # type: ignore[attr-defined]
+
+
 class GrpcServer:
-    def __init__(self, methods: MethodTable, settings: CallSettings, limits: Http2Limits = Http2Limits()) -> None:
+    def __init__(
+        self,
+        methods: MethodTable,
+        settings: CallSettings,
+        limits: Http2Limits = Http2Limits(),
+        *,
+        tls: ssl.SSLContext | None = None,
+        max_connections: int | None = None,
+    ) -> None:
         self._methods = methods
         self._settings = settings
         self._limits = limits
+        self._tls = tls
+        self._max_connections = max_connections
         self._server: asyncio.Server | None = None
         self._connections: set[Http2ServerConnection] = set()
         self._calls: set[Call] = set()
@@ -28,11 +46,13 @@ class GrpcServer:
     async def start(self, host: str | None, port: int) -> int:
         """Listen; returns the bound port. Raises OSError when the address is taken or unavailable."""
         self._server = await asyncio.get_running_loop().create_server(
-            self._connection, host or None, port, reuse_address=True
+            self._connection, host or None, port, reuse_address=True, ssl=self._tls
         )
         return int(self._server.sockets[0].getsockname()[1])
 
-    def _connection(self) -> Http2ServerConnection:
+    def _connection(self) -> asyncio.Protocol:
+        if self._max_connections is not None and len(self._connections) >= self._max_connections:
+            return _TurnedAway()
         conn: Http2ServerConnection
 
         def opener(stream: Stream, headers: Headers) -> Call | None:

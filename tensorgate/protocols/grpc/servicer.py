@@ -36,6 +36,8 @@ from tensorgate.protocols.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tensorgate.protocols.grpc.raw_inputs import ReceivedInfer, receive_infer_request
 from tensorgate.protocols.request_ids import RequestIds
 from tensorgate.repository.names import check_model_name
+from tensorgate.security.gate import Gate
+from tensorgate.security.identity import Identity
 from tensorgate.types import InferRequest
 
 log = logging.getLogger(__name__)
@@ -51,10 +53,16 @@ STREAM_WINDOW = 64
 class GrpcSettings:
     limits: codec.GrpcLimits
     access: AccessLog | None = None  # the server's access log, shared with HTTP
+    gate: Gate | None = None  # the transport authenticated the call; a model-limited caller is checked here
 
 
 def _metadata(context: Any) -> dict[str, str]:
     return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
+
+
+def _identity(context: Any) -> Identity | None:
+    identity = getattr(context, "identity", None)
+    return identity if isinstance(identity, Identity) else None
 
 
 def _past_deadline(context: Any) -> bool:
@@ -88,6 +96,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         self._clock = clock
         self._ids = RequestIds()
 
+    def _model(self, context: Any, name: str) -> str:
+        """A valid model name that the caller may use (403 for a caller limited to other models)."""
+        name = check_model_name(name)
+        if self._settings.gate is not None:
+            self._settings.gate.check_model(_identity(context), name)
+        return name
+
     async def _guard(self, context: Any, call: Callable[[], Awaitable[T]], ids: Metadata = ()) -> T:
         try:
             return await call()
@@ -108,7 +123,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
-            name, version = check_model_name(request.name), codec.optional_version(request.version)
+            name, version = self._model(context, request.name), codec.optional_version(request.version)
             try:
                 ready = self._service.model_ready(name, version)
             except NotFound:  # as Triton: an unknown model or version is not ready, not an error
@@ -124,20 +139,22 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
             version = codec.optional_version(request.version)
-            return codec.encode_metadata(self._service.metadata(check_model_name(request.name), version))
+            return codec.encode_metadata(self._service.metadata(self._model(context, request.name), version))
 
         return await self._guard(context, call)
 
     async def ModelConfig(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
-            name = check_model_name(request.name)
+            name = self._model(context, request.name)
             return codec.encode_config(self._service.config(name, codec.optional_version(request.version)))
 
         return await self._guard(context, call)
 
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
-            name = check_model_name(request.name) if request.name else None
+            if not request.name and self._settings.gate is not None:  # every model's: not for a limited caller
+                self._settings.gate.check_all_models(_identity(context))
+            name = self._model(context, request.name) if request.name else None
             version = codec.optional_version(request.version) if name is not None else None
             return codec.encode_statistics(self._service.statistics(name, version))
 
@@ -146,9 +163,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     # -- repository (management) -----------------------------------------------------------------
 
     def _authorize(self, context: Any, *, changes: bool = True) -> None:
-        """As HTTP, before anything else: PERMISSION_DENIED where the mode does not allow the call,
-        then UNAUTHENTICATED without an admin key in the ``authorization`` metadata."""
-        self._service.repository.authorize(_metadata(context).get("authorization"), changes=changes)
+        """As HTTP: the transport's gate took an admin credential; PERMISSION_DENIED where the model
+        control mode does not allow the call."""
+        self._service.repository.authorize(changes=changes)
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
@@ -183,7 +200,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         message = received.message
         started = self._clock.now()
         outcome = "OK"
-        served = _Served(message.model_version[:20] or "-")
+        caller = _identity(context)
+        served = _Served(message.model_version[:20] or "-", identity=None if caller is None else caller.name)
         try:
             tracer = self._tracer
             if tracer.sampled_only and not sampled(traceparent):
@@ -212,6 +230,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         message = received.message
         if received.error is not None:
             raise InvalidInput(received.error)
+        if self._settings.gate is not None and message.model_name:  # before any tensor is decoded
+            self._settings.gate.check_model(_identity(context), check_model_name(message.model_name))
         try:
             request = _timeout(codec.decode_infer(message, self._settings.limits, received.raw), context)
         except TensorgateError as exc:
@@ -306,6 +326,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             served.queue_s,
             served.compute_s,
             self._clock.now() - started,
+            served.identity,
         )
 
 
@@ -317,6 +338,7 @@ class _Served:
     version: str
     queue_s: float = 0.0
     compute_s: float = 0.0
+    identity: str | None = None  # the caller's name where authentication is on
 
 
 def _final(answer: Any) -> Any:

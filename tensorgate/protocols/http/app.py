@@ -30,6 +30,7 @@ from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.trace_context import sampled
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
+from tensorgate.protocols.access import http_access
 from tensorgate.protocols.http.body import Receive, decompress, read_body
 from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
 from tensorgate.protocols.http.openai_routes import GenerationRoutes, is_generation_route
@@ -44,6 +45,8 @@ from tensorgate.protocols.http.v2_codec import (
 )
 from tensorgate.protocols.request_ids import RequestIds
 from tensorgate.repository.names import check_model_name, parse_version
+from tensorgate.security.gate import Gate
+from tensorgate.security.identity import Identity
 from tensorgate.types import InferRequest, InferResponse, TensorSpec
 
 T = TypeVar("T")
@@ -96,6 +99,8 @@ class Call:
     queue_s: float = 0.0
     compute_s: float = 0.0
     connection: ConnectionWatch | None = None  # from our listener, which hands one to every request
+    identity: Identity | None = None  # the caller, where authentication is on
+    gate: Gate | None = None
 
     def __init__(self, method: str, path: str, headers: dict[bytes, bytes], request_id: str) -> None:
         # Written out: a generated dataclass __init__ stays interpreted under mypyc (see types.py).
@@ -109,10 +114,20 @@ class Call:
         self.queue_s = 0.0
         self.compute_s = 0.0
         self.connection = None
+        self.identity = None
+        self.gate = None
 
     def header(self, name: bytes) -> str | None:
         value = self.headers.get(name)
         return None if value is None else value.decode("latin-1")
+
+    def allow_model(self, name: str) -> None:
+        if self.gate is not None:
+            self.gate.check_model(self.identity, name)
+
+    def may_use(self, name: str) -> bool:
+        identity = self.identity
+        return identity is None or identity.models is None or name in identity.models
 
 
 class HttpApp:
@@ -123,7 +138,9 @@ class HttpApp:
         clock: Clock,
         access: AccessLog | None = None,
         tracer: Tracer = NOOP_TRACER,
+        gate: Gate | None = None,
     ) -> None:
+        self._gate = gate if gate is not None else Gate(clock)  # without one: only admin keys are asked for
         self._tracer = tracer
         self._tracing_sampled_only = tracer.sampled_only
         self._service = service
@@ -166,6 +183,21 @@ class HttpApp:
 
     async def _route(self, call: Call, receive: Receive, send: Send) -> None:
         parts = call.path.strip("/").split("/")
+        gate = self._gate
+        if not gate.enabled:
+            await self._dispatch(call, parts, receive, send)
+            return
+        # Authentication is on: the caller is known (401), has the role (403) and is within its
+        # limits (429) before any of the body is read.
+        call.identity = gate.check(http_access(parts), call.header(b"authorization"), call.header(b"x-api-key"))
+        gate.admit(call.identity)
+        call.gate = gate
+        try:
+            await self._dispatch(call, parts, receive, send)
+        finally:
+            gate.release(call.identity)
+
+    async def _dispatch(self, call: Call, parts: list[str], receive: Receive, send: Send) -> None:
         head = parts[0] if parts else ""
         if is_generation_route(parts):  # text generation: OpenAI routes and the V2 generate extension
             await GenerationRoutes(self._service, self._settings.max_body_bytes).handle(call, parts, receive, send)
@@ -188,12 +220,14 @@ class HttpApp:
         elif parts[0] == "models" and n >= 2:
             if parts[1] == "stats" and n == 2:
                 self._only(call, "GET")
+                self._gate.check_all_models(call.identity)
                 await self._json(call, send, 200, {"model_stats": self._service.statistics(None, None)})
                 return
             name = parts[1]
             if not self._service.router.knows(name):  # a known name was checked when its model was found
                 check_model_name(name)
             call.model = name
+            call.allow_model(name)
             rest = parts[2:]
             version: int | None = None
             if len(rest) >= 2 and rest[0] == "versions":
@@ -202,8 +236,10 @@ class HttpApp:
                 rest = rest[2:]
             await self._model_route(call, name, version, rest, receive, send)
         elif parts[0] == "repository":
-            # Before any of the body is read: 403 unless the mode is explicit, 401 without an admin key.
-            self._service.repository.authorize(call.header(b"authorization"), changes=parts[1:] != ["index"])
+            # Before any of the body is read: 401 without an admin key, 403 unless the mode allows it.
+            if not self._gate.enabled:  # with authentication on, _route took the admin credential
+                self._gate.check("admin", call.header(b"authorization"), call.header(b"x-api-key"))
+            self._service.repository.authorize(changes=parts[1:] != ["index"])
             await self._repository_route(call, parts[1:], receive, send)
         else:
             raise NotFound(f"no route for {call.path[:200]}")
@@ -268,6 +304,7 @@ class HttpApp:
             parts = [*parts[:-1], last[: -len(":predict")]]
         name = check_model_name(parts[0])
         call.model = name
+        call.allow_model(name)
         version = None
         if len(parts) == 3 and parts[1] == "versions":
             version = parse_version(parts[2])
@@ -465,6 +502,7 @@ class HttpApp:
             call.queue_s,
             call.compute_s,
             self._clock.now() - started,
+            None if call.identity is None else call.identity.name,
         )
 
 

@@ -41,6 +41,12 @@ class CallLike(Protocol):
 
     def header(self, name: bytes) -> str | None: ...
 
+    def allow_model(self, name: str) -> None:
+        """403 for a caller limited to other models (nothing where authentication is off)."""
+
+    def may_use(self, name: str) -> bool:
+        """Whether ``allow_model`` would pass, counting nothing (to filter a list)."""
+
 
 @runtime_checkable
 class TextGenerator(Protocol):

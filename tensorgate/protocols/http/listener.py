@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -25,8 +26,10 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
+from tensorgate.errors import TensorgateError, Unauthenticated
 from tensorgate.protocols.http.body import MAX_CHUNKS
 from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
+from tensorgate.security.gate import Gate
 
 # Request-line and header bounds (reliability plan P-2): a URI past 16 KiB is 414; more than 100
 # header fields or 64 KiB of them is 431. Until the headers are complete at most 1 MiB is buffered.
@@ -235,6 +238,7 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
     """
 
     header_timeout_s = 10.0
+    max_connections: int | None = None  # past this, a new connection is closed as it is accepted
     headers: list[tuple[bytes, bytes]]
     cycle: Any
     _chunks = 0
@@ -248,8 +252,13 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
     _refusal: tuple[int, str] | None = None
     _timer: asyncio.TimerHandle | None = None
     _timer_at = 0.0
+    _turned_away = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:
+        if self.max_connections is not None and len(self.connections) >= self.max_connections:
+            self._turned_away = True  # never counted, never parsed: closed before a byte is read
+            transport.abort()
+            return
         super().connection_made(transport)
         self._watch = ConnectionWatch()
         self._extensions = {CONNECTION_EXTENSION: self._watch}  # one dict per connection, in every scope
@@ -257,6 +266,8 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         self._arm(self._head_started + self.header_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._turned_away:
+            return
         self._cancel_timer()
         super().connection_lost(exc)
         self._watch.lost()  # the request running on this connection leaves the queue now
@@ -478,10 +489,13 @@ class HttpListener:
         keep_alive_s: float = 75.0,
         exit_timeout_s: float = 30.0,
         header_timeout_s: float = 10.0,
+        max_connections: int | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.name = name
         self._socket = sock
-        protocol = type("HttpProtocol", (_Protocol,), {"header_timeout_s": header_timeout_s})
+        limits = {"header_timeout_s": header_timeout_s, "max_connections": max_connections}
+        protocol = type("HttpProtocol", (_Protocol,), limits)
         config = uvicorn.Config(
             app,
             http=protocol,
@@ -498,6 +512,8 @@ class HttpListener:
             # uvicorn waits with asyncio.wait_for, so fractions hold (int() made 0.5 s "no limit").
             timeout_graceful_shutdown=exit_timeout_s,
             backlog=2048,
+            # The context the server's CertificateFiles reloads in place when certificates rotate.
+            ssl_context_factory=None if tls is None else (lambda config, default: tls),
         )
         self._server = _Uvicorn(config)
         self._task: asyncio.Task[None] | None = None
@@ -521,5 +537,33 @@ class HttpListener:
         self._socket.close()
 
 
-def metrics_app(registry: CollectorRegistry) -> Any:
-    return make_asgi_app(registry=registry)
+def metrics_app(registry: CollectorRegistry, gate: Gate | None = None) -> Any:
+    """Prometheus' exposition; where authentication is on, for callers with the ``metrics`` role."""
+    app = make_asgi_app(registry=registry)
+    if gate is None or not gate.enabled:
+        return app
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            authorization, api_key = headers.get(b"authorization"), headers.get(b"x-api-key")
+            try:
+                gate.check(
+                    "metrics",
+                    None if authorization is None else authorization.decode("latin-1"),
+                    None if api_key is None else api_key.decode("latin-1"),
+                )
+            except TensorgateError as exc:
+                await _refuse(send, exc)
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+async def _refuse(send: Any, exc: TensorgateError) -> None:
+    headers = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+    if isinstance(exc, Unauthenticated):
+        headers.append((b"www-authenticate", b'Bearer realm="tensorgate"'))
+    await send({"type": "http.response.start", "status": exc.http_status, "headers": headers})
+    await send({"type": "http.response.body", "body": orjson.dumps({"error": exc.message})})

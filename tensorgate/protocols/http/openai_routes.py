@@ -61,12 +61,13 @@ class GenerationRoutes:
     async def handle(self, call: CallLike, parts: list[str], receive: Receive, send: Send) -> None:
         if parts == ["v1", "models"]:
             _only(call, "GET")
-            await send_json(call, send, 200, self._models())
+            await send_json(call, send, 200, self._models(call))
             return
         _only(call, "POST")
         if parts[0] == "v2":
             name = check_model_name(parts[2])
             call.model = name
+            call.allow_model(name)
             version = None
             if len(parts) == 6:
                 if parts[3] != "versions":
@@ -81,16 +82,17 @@ class GenerationRoutes:
         else:
             await self._completions(call, document, receive, send)
 
-    def _models(self) -> dict[str, Any]:
+    def _models(self, call: CallLike) -> dict[str, Any]:
         data = []
         for name, entry in sorted(self._service.manager.models.items()):
-            if generates_text(entry.latest_ready()):
+            if generates_text(entry.latest_ready()) and call.may_use(name):
                 data.append({"id": name, "object": "model", "created": 0, "owned_by": "tensorgate"})
         return {"object": "list", "data": data}
 
     def _model(self, call: CallLike, name: str) -> TextGenerator:
         check_model_name(name)
         call.model = name
+        call.allow_model(name)
         generator = find_generator(self._service, name, None)
         call.version = str(generator.version)
         return generator
