@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -36,8 +37,10 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         grpc: bool = False,
         wrapper: Sequence[str] = (),
+        tls_ca: Path | None = None,
     ) -> None:
         self._args = list(args)
+        self.tls_ca = tls_ca  # the server speaks TLS: its URL is https, checked against this CA
         self._wrapper = list(wrapper)  # a command the server runs under (a profiler), pid and all
         self._ready_timeout_s = ready_timeout_s
         self._wait_ready = wait_ready
@@ -50,7 +53,8 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['http']}"
+        scheme = "http" if self.tls_ca is None else "https"
+        return f"{scheme}://127.0.0.1:{self.ports['http']}"
 
     @property
     def http_address(self) -> str:
@@ -99,7 +103,8 @@ class ServerProcess:
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0) as client:
+        verify: Any = True if self.tls_ca is None else ssl.create_default_context(cafile=str(self.tls_ca))
+        with httpx.Client(timeout=2.0, verify=verify) as client:
             while True:
                 self._check_alive()
                 try:

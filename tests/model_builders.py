@@ -106,8 +106,9 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
 _SCRAPER: httpx.Client | None = None
 
 
-def metric(url: str, name: str, **labels: str) -> float:
-    """The sum of the matching samples on a Prometheus endpoint (0 when absent).
+def metric(url: str, name: str, headers: dict[str, str] | None = None, **labels: str) -> float:
+    """The sum of the matching samples on a Prometheus endpoint (0 when absent); ``headers`` carry
+    credentials where the metrics port asks for them.
 
     Blocking: from async tests call it through ``asyncio.to_thread``.
     """
@@ -116,7 +117,9 @@ def metric(url: str, name: str, **labels: str) -> float:
 
     if _SCRAPER is None:  # one client: creating one per call costs an SSL context each time
         _SCRAPER = httpx.Client(timeout=5.0)
-    text = _SCRAPER.get(url).text
+    response = _SCRAPER.get(url, headers=headers)
+    response.raise_for_status()
+    text = response.text
     total = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
