@@ -9,7 +9,11 @@ to a broken accelerator. An instance that is alive but answers wrongly or slowly
 - :class:`HealthMonitor` is the thin driver for one model version. Every ``interval_s`` it probes
   each instance that has run nothing since the last look and is idle (so a probe never takes a slot
   from real work): the probe sample (the warm-up's first sample, or zeros of the declared shapes)
-  must answer within ``timeout_s`` with finite outputs wherever the reference run gave finite ones.
+  must answer within ``timeout_s`` with finite outputs wherever the reference gave finite ones.
+  The reference is the warm-up's answer to the sample; without a warm-up, every good probe of any
+  of the version's instances adds the outputs it found finite. So an instance that turns to NaN
+  before its first probe is still caught once a healthy sibling has answered finite; a version
+  whose only instance is bad from its first call cannot be told from a model that answers NaN.
   The scheduler reports real batches too: a success resets the count; an instance's own failure
   (it died, hung, or raised where the same batch then succeeded on another instance) counts.
 - Taken out, an instance is restarted with exponential backoff (a worker process is killed and
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Set
 from typing import Any
 
 import numpy as np
@@ -79,14 +83,14 @@ def finite_outputs(outputs: Mapping[str, Array]) -> frozenset[str]:
     )
 
 
-def probe_problem(outputs: Mapping[str, Array], finite: frozenset[str]) -> str:
+def probe_problem(outputs: Mapping[str, Array], finite: Set[str]) -> str:
     """Why a probe's outputs are bad ("" when they are good)."""
     for name in sorted(finite):
         array = outputs.get(name)
         if array is None:
             return f"the probe returned no output '{name}'"
         if not bool(np.isfinite(array).all()):
-            return f"output '{name}' holds non-finite values where the reference run's were finite"
+            return f"output '{name}' holds non-finite values where the reference's were finite"
     return ""
 
 
@@ -98,16 +102,16 @@ class HealthMonitor:
         label: str,
         pool: InstancePool,
         settings: HealthCheck,
-        sample: Mapping[str, Array] | None,
-        finite: frozenset[str],
+        sample: Mapping[str, Array],
+        finite: frozenset[str] | None,
         poke: Callable[[], None],
         on_probe: Callable[[Instance, bool], None] | None = None,
     ) -> None:
         self._label = label  # "model/version", for the log
         self._pool = pool
         self._settings = settings
-        self._sample = sample  # None: no probe sample the model takes, so no probes
-        self._finite = finite  # the outputs a fresh instance gave finite for the sample
+        self._sample = sample
+        self._finite = set(finite or ())  # grows with what good probes find finite
         self._poke = poke  # the scheduler looks at its queue again once an instance is free
         self._on_probe = on_probe  # counts each probe's outcome (metrics)
         self.records = {i: HealthRecord(settings.failure_threshold, settings.success_threshold) for i in pool.instances}
@@ -118,7 +122,7 @@ class HealthMonitor:
         self._closed = False
 
     def start(self) -> None:
-        if self._settings.enabled and self._sample is not None:
+        if self._settings.enabled:
             self._loop_task = asyncio.get_running_loop().create_task(self._watch())
 
     async def aclose(self) -> None:
@@ -169,8 +173,6 @@ class HealthMonitor:
     async def _probe(self, instance: Instance) -> str | None:
         """Run the probe sample on an idle instance: "" when good, the problem when not, None when
         the instance was busy (real work goes first)."""
-        if self._sample is None:
-            return ""  # nothing to probe with: a restarted instance rejoins once it is up and warm
         if instance in self._probing or not self._pool.acquire_for_probe(instance):
             return None
         self._probing.add(instance)
@@ -178,6 +180,8 @@ class HealthMonitor:
         try:
             outputs = await asyncio.wait_for(instance.execute(self._sample), self._settings.timeout_s)
             problem = probe_problem(outputs, self._finite)
+            if not problem:
+                self._finite |= finite_outputs(outputs)
         except TimeoutError:
             problem = f"the probe ran past its timeout of {self._settings.timeout_s:g} s"
             self._stuck.add(instance)  # still inside the model: held busy until its restart

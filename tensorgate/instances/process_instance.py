@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ from tensorgate.instances.wire import (
     read_tensors,
     write_batch,
 )
+from tensorgate.instances.worker_env import worker_environment
 from tensorgate.instances.worker_main import load_spec_to_json
 from tensorgate.types import Array, DataType, TensorSpec
 
@@ -97,6 +99,7 @@ class ProcessInstance(Instance):
                 *(["--cpus", ",".join(map(str, sorted(self._cpus)))] if self._cpus else []),
                 stdin=asyncio.subprocess.PIPE,
                 pass_fds=fds,
+                env=worker_environment(os.environ),
             )
         except OSError as exc:
             parent.close()

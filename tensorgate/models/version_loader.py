@@ -17,7 +17,7 @@ from tensorgate.backends.registry import missing_runtime
 from tensorgate.clock import Clock
 from tensorgate.config.model_config import DynamicBatching, WarmupSample
 from tensorgate.errors import ModelLoadError
-from tensorgate.instances.base import Instance, InstanceDied, ModelFailed
+from tensorgate.instances.base import Instance, InstanceDied
 from tensorgate.instances.factory import create_instance, placements
 from tensorgate.instances.health import HealthMonitor, finite_outputs
 from tensorgate.instances.pool import InstancePool
@@ -129,7 +129,7 @@ async def _build_batching(
         reference = await _warm_all(instances, warm)
         metrics.warmup_seconds.labels(name, str(version)).observe(clock.now() - warm_started)
         if source.config.health_check.enabled:
-            await _monitor(model_version, instances, source, vsource, reference)
+            _monitor(model_version, source, vsource, reference)
     except BaseException:  # a failed load, or a cancelled one (shutdown): nothing it started survives it
         await _close_all(instances)
         raise
@@ -146,49 +146,24 @@ async def _build_batching(
     return model_version
 
 
-async def _monitor(
-    version: ModelVersion,
-    instances: list[Instance],
-    source: ModelSource,
-    vsource: VersionSource,
-    reference: dict[str, Array] | None,
+def _monitor(
+    version: ModelVersion, source: ModelSource, vsource: VersionSource, reference: dict[str, Array] | None
 ) -> None:
-    """Health checks for the version. The probe sample is the first warm-up sample, or zeros of the
-    declared shapes without one; the outputs a fresh instance gave for it say which outputs must
-    stay finite. Without a warm-up that reference is run here, before the version serves, so an
-    instance that goes bad early can never make its own bad answer the reference."""
+    """Health checks for the version: the probe sample is the first warm-up sample (zeros of the
+    declared shapes without one); the outputs the warm-up gave for it (else good probes of any
+    instance) say which outputs must stay finite."""
     samples = source.config.warmup or [WarmupSample(name="probe")]
     sample = build_sample(samples[0], version.specs.inputs, version.specs.max_batch_size > 0, vsource.directory)
-    if reference is None:
-        reference = await _reference_run(version, instances, sample)
     monitor = HealthMonitor(
         f"{version.name}/{version.version}",
         version.pool,
         source.config.health_check,
-        None if reference is None else sample,  # zeros the model refuses: only real batches tell
-        finite_outputs(reference or {}),
+        sample,
+        None if reference is None else finite_outputs(reference),
         version.scheduler.poke,
         on_probe=lambda instance, ok: version.metrics.instance_probe(instance.name, ok),
     )
     version.health = version.scheduler.health = monitor
-
-
-async def _reference_run(
-    version: ModelVersion, instances: list[Instance], sample: dict[str, Array]
-) -> dict[str, Array] | None:
-    """What a fresh instance answers to the probe sample; None when the model refuses it."""
-    instance = next((i for i in instances if i.available), instances[0])
-    try:
-        return await instance.execute(sample)
-    except (ModelFailed, InstanceDied) as exc:
-        log.warning(
-            "model %s version %d refused the health probe's zero sample (%s); give it a warmup sample "
-            "to enable idle probes (failing batches still take an instance out)",
-            version.name,
-            version.version,
-            exc,
-        )
-        return None
 
 
 def _wire(

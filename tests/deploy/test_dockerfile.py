@@ -128,7 +128,7 @@ def test_stages() -> None:
     assert re.search(r'"tensorgate\S*==' + re.escape(version) + '"', runtime), "the package built above"
 
 
-def test_runs_as_the_manifests_non_root_user() -> None:
+def test_s17_runs_as_the_manifests_non_root_user() -> None:
     user = _final("USER").split(":")[0]
     assert user.isdigit() and int(user) != 0, "numeric, so runAsNonRoot can check it"
     deployment = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "base" / "deployment.yaml").read_text())

@@ -243,7 +243,7 @@ def test_rollout_and_disruption_budget(rendered: dict[str, list[Manifest]], targ
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_security(rendered: dict[str, list[Manifest]], target: str) -> None:
+def test_s17_least_privilege(rendered: dict[str, list[Manifest]], target: str) -> None:
     pod = _pod(rendered[target])
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0

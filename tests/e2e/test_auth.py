@@ -242,3 +242,62 @@ def test_connections_past_the_cap_are_closed_as_accepted(capped: ServerProcess, 
             pass
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+HTTP_ROUTES = [
+    ("GET", "/v2"),
+    ("GET", "/v2/models/mlp"),
+    ("GET", "/v2/models/mlp/ready"),
+    ("GET", "/v2/models/mlp/config"),
+    ("GET", "/v2/models/mlp/stats"),
+    ("GET", "/v2/models/stats"),
+    ("GET", "/v2/models/mlp/rollout"),
+    ("POST", "/v2/models/mlp/infer"),
+    ("POST", "/v2/models/mlp/versions/1/infer"),
+    ("GET", "/v1/models/mlp"),
+    ("POST", "/v1/models/mlp:predict"),
+    ("GET", "/v1/models"),
+    ("POST", "/v1/completions"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v2/models/mlp/generate"),
+    ("POST", "/v2/repository/index"),
+    ("POST", "/v2/repository/models/mlp/load"),
+    ("POST", "/v2/repository/models/mlp/unload"),
+    ("GET", "/v2/no/such/route"),
+    ("DELETE", "/v2/models/mlp"),
+]
+GRPC_METHODS = [
+    "ServerMetadata",
+    "ModelReady",
+    "ModelMetadata",
+    "ModelInfer",
+    "ModelConfig",
+    "ModelStatistics",
+    "RepositoryIndex",
+    "RepositoryModelLoad",
+    "RepositoryModelUnload",
+]
+
+
+def test_s19_auth_never_fails_open(server: ServerProcess) -> None:
+    """Every route and method but health, on both protocols, answers 401 (UNAUTHENTICATED) to a
+    caller without credentials, or with a malformed one, before any handler runs: no route is
+    forgotten, and not even an unknown one tells what exists."""
+    for credentials in ({}, {"authorization": "Bearer"}, {"authorization": "Basic YTpi"}, {"x-api-key": ""}):
+        for method, path in HTTP_ROUTES:
+            answer = httpx.request(method, f"{server.url}{path}", headers=credentials, json=MLP_BODY)
+            assert answer.status_code == 401, (method, path, credentials, answer.status_code)
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        for name in GRPC_METHODS:
+            call = channel.unary_unary(
+                f"/inference.GRPCInferenceService/{name}",
+                request_serializer=lambda m: b"",
+                response_deserializer=lambda b: b,
+            )
+            with pytest.raises(grpc.RpcError) as caught:
+                call(b"", timeout=10)
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, name
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check", request_serializer=lambda m: b"", response_deserializer=lambda b: b
+        )
+        assert check(b"", timeout=10) is not None  # health stays open

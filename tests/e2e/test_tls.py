@@ -97,7 +97,7 @@ def _handshake(port: int, ca: Path, *, version: ssl.TLSVersion | None = None, al
         return f"{tls.version()} {tls.selected_alpn_protocol()}"
 
 
-def test_tls_1_2_and_1_3_only_with_alpn_per_port(tls_server: ServerProcess, pki: tuple[Authority, Issued]) -> None:
+def test_s14_tls_1_2_and_1_3_only_with_alpn_per_port(tls_server: ServerProcess, pki: tuple[Authority, Issued]) -> None:
     ca = pki[0].cert
     http, grpc_port = tls_server.ports["http"], tls_server.ports["grpc"]
     assert _handshake(http, ca, version=ssl.TLSVersion.TLSv1_2) == "TLSv1.2 None"
@@ -146,7 +146,7 @@ def mtls(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield server, ca
 
 
-def test_mutual_tls_refuses_a_client_without_a_certificate_of_the_ca(
+def test_s14_mutual_tls_refuses_a_client_without_a_certificate_of_the_ca(
     mtls: tuple[ServerProcess, Authority], tmp_path: Path
 ) -> None:
     server, ca = mtls

@@ -69,6 +69,7 @@ class _Flaky(Instance):
     def __init__(self, name: str) -> None:
         super().__init__(name, Device())
         self.broken = False
+        self.nan = False
         self.restarts = 0
         self.restarted = asyncio.Event()
 
@@ -83,7 +84,7 @@ class _Flaky(Instance):
     async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         if self.broken:
             raise ModelFailed("device error")
-        return {"x": np.ones((1, 1), np.float32)}
+        return {"x": np.full((1, 1), np.nan if self.nan else 1.0, np.float32)}
 
     @property
     def healthy(self) -> bool:
@@ -112,7 +113,7 @@ async def test_a_fatal_failure_ejects_restarts_and_good_probes_readmit() -> None
         pool,
         settings,
         {"x": np.zeros((1, 1), np.float32)},
-        frozenset({"x"}),
+        None,
         lambda: pokes.append(1),
         on_probe=lambda i, ok: probes.append((i.name, ok)),
     )
@@ -139,7 +140,7 @@ async def test_failures_of_real_batches_count_and_a_success_resets_them() -> Non
     instance = _Flaky("a")
     pool = InstancePool([instance, _Flaky("b")])
     monitor = HealthMonitor(
-        "m/1", pool, HealthCheck(interval_s=60), {"x": np.zeros((1, 1), np.float32)}, frozenset({"x"}), lambda: None
+        "m/1", pool, HealthCheck(interval_s=60), {"x": np.zeros((1, 1), np.float32)}, None, lambda: None
     )
     for _ in range(5):
         monitor.batch_failed(instance, ModelFailed("device error"))
@@ -152,16 +153,24 @@ async def test_failures_of_real_batches_count_and_a_success_resets_them() -> Non
     await monitor.aclose()
 
 
-async def test_without_a_sample_the_model_takes_real_batches_still_eject_and_a_restart_readmits() -> None:
+async def test_without_a_warm_up_a_sibling_s_finite_answer_makes_nan_a_failure() -> None:
+    """No reference from a warm-up: the bad instance answers NaN from its very first probe, before
+    any other has answered; once its healthy sibling answered finite, its NaN counts as failing."""
     bad, good = _Flaky("a"), _Flaky("b")
+    bad.nan = True
     pool = InstancePool([bad, good])
-    monitor = HealthMonitor("m/1", pool, HealthCheck(interval_s=0.01), None, frozenset(), lambda: None)
-    rejoined = asyncio.Event()
-    bad.on_health_change = lambda instance, available: rejoined.set() if available else None
+    monitor = HealthMonitor(
+        "m/1",
+        pool,
+        HealthCheck(interval_s=0.01, failure_threshold=3),
+        {"x": np.zeros((1, 1), np.float32)},
+        None,
+        lambda: None,
+    )
+    ejected = asyncio.Event()
+    bad.on_health_change = lambda instance, available: None if available else ejected.set()
     monitor.start()
-    bad.broken = True  # a probe would fail now; with no sample none is sent
-    monitor.batch_failed(bad, InstanceDied("hung"))
-    assert bad.ejected
-    await asyncio.wait_for(rejoined.wait(), 5)
-    assert bad.restarts == 1 and not bad.ejected
+    await asyncio.wait_for(ejected.wait(), 5)
+    assert "non-finite" in (monitor.records[bad].last_error or "")
+    assert not good.ejected
     await monitor.aclose()

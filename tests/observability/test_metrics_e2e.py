@@ -75,7 +75,7 @@ async def test_queue_full_rejections_are_counted_exactly(server: ServerProcess) 
     assert metric(server.metrics_url, "tensorgate_requests_total", model="slow", outcome="success") == succeeded + 2
 
 
-def test_unknown_model_names_create_no_series(server: ServerProcess) -> None:
+def test_s18_unknown_model_names_create_no_series(server: ServerProcess) -> None:
     def series() -> int:
         return sum(len(f.samples) for f in _families(server).values())  # type: ignore[attr-defined]
 

@@ -34,6 +34,7 @@ from tensorgate.protocols.access import http_access
 from tensorgate.protocols.http.body import Receive, decompress, read_body
 from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
 from tensorgate.protocols.http.openai_routes import GenerationRoutes, is_generation_route
+from tensorgate.protocols.http.security_headers import NOSNIFF
 from tensorgate.protocols.http.v1_codec import decode_predict, encode_predict
 from tensorgate.protocols.http.v2_codec import (
     DecodeLimits,
@@ -463,6 +464,7 @@ class HttpApp:
             *headers,
             (b"content-length", str(len(body)).encode()),
             (b"x-request-id", call.request_id.encode("latin-1")),
+            NOSNIFF,
         ]
         if self._service.draining:
             out.append(_CLOSE)  # tell keep-alive clients and proxies to reconnect elsewhere

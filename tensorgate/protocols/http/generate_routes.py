@@ -19,13 +19,14 @@ from tensorgate.backends.llm_step import SamplingParams
 from tensorgate.errors import Cancelled, InvalidInput, TensorgateError
 from tensorgate.models.service import InferenceService
 from tensorgate.protocols.http.body import Receive, read_body
+from tensorgate.protocols.http.security_headers import NOSNIFF
 from tensorgate.scheduling.continuous.engine import GenerationStream, TokenEvent
 from tensorgate.scheduling.continuous.sequence import FinishReason
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 _JSON = (b"content-type", b"application/json")
-_SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), NOSNIFF]
 MAX_JSON_BYTES = 4 * 1024 * 1024
 
 
@@ -109,7 +110,12 @@ async def read_json(receive: Receive, call: CallLike, limit: int) -> dict[str, A
 async def send_json(call: CallLike, send: Send, status: int, document: Any) -> None:
     call.status = status
     body = orjson.dumps(document)
-    headers = [_JSON, (b"content-length", str(len(body)).encode()), (b"x-request-id", call.request_id.encode())]
+    headers = [
+        _JSON,
+        (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", call.request_id.encode()),
+        NOSNIFF,
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

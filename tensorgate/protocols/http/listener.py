@@ -29,6 +29,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from tensorgate.errors import TensorgateError, Unauthenticated
 from tensorgate.protocols.http.body import MAX_CHUNKS
 from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
+from tensorgate.protocols.http.security_headers import NOSNIFF, NOSNIFF_LINE
 from tensorgate.security.gate import Gate
 
 # Request-line and header bounds (reliability plan P-2): a URI past 16 KiB is 414; more than 100
@@ -404,8 +405,8 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
             return
         body = orjson.dumps({"error": message})
         self.transport.write(
-            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-            % (status, _REASONS[status], len(body))
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n%s\r\n"
+            % (status, _REASONS[status], len(body), NOSNIFF_LINE)
             + body
         )
         self.transport.close()
@@ -562,7 +563,7 @@ def metrics_app(registry: CollectorRegistry, gate: Gate | None = None) -> Any:
 
 
 async def _refuse(send: Any, exc: TensorgateError) -> None:
-    headers = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+    headers = [(b"content-type", b"application/json"), NOSNIFF]
     if isinstance(exc, Unauthenticated):
         headers.append((b"www-authenticate", b'Bearer realm="tensorgate"'))
     await send({"type": "http.response.start", "status": exc.http_status, "headers": headers})
