@@ -158,7 +158,7 @@ async def _raw(host: str, port: int, body: bytes, n: int) -> tuple[float, float]
     try:
         return await _drive(send, n, 32)
     finally:
-        pool.close()
+        await pool.aclose()
 
 
 async def _aiohttp(url: str, body: bytes, n: int) -> tuple[float, float]:

@@ -244,7 +244,7 @@ class GrpcSlot:
     async def call(self, message: bytes) -> int:
         if self.connection is None or not self.connection.usable:
             self.close()
-            self.connection = await connect(self.host, self.port)
+            self.connection = await connect(Endpoint(self.host, self.port, ""))
         return (await self.connection.call(INFER_METHOD, message)).code
 
     def close(self) -> None:

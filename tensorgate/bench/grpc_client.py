@@ -18,7 +18,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import cast
 
+from tensorgate.bench.hang_up import mark_lost
 from tensorgate.bench.http_client import ConnectionLost
+from tensorgate.bench.targets.base import Endpoint
 from tensorgate.protocols.grpc.http2 import frames as f
 from tensorgate.protocols.grpc.http2.header_blocks import HeaderBlocks
 
@@ -52,8 +54,10 @@ class _Call:
 class GrpcConnection(asyncio.Protocol):
     """One HTTP/2 connection; :meth:`call` runs one unary call at a time on it."""
 
-    def __init__(self, authority: str) -> None:
+    def __init__(self, authority: str, scheme: str = "http", metadata: tuple[tuple[str, str], ...] = ()) -> None:
         self._authority = authority
+        self._scheme = scheme
+        self._metadata = metadata
         self.transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._hpack = HeaderBlocks()
@@ -67,15 +71,18 @@ class GrpcConnection(asyncio.Protocol):
         self._unacked = 0
         self._window_opened: asyncio.Future[None] | None = None
         self.usable = True
+        self.lost: asyncio.Future[None] | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        self.lost = asyncio.get_running_loop().create_future()
         settings = {f.ENABLE_PUSH: 0, f.INITIAL_WINDOW_SIZE: RECEIVE_WINDOW, f.MAX_FRAME_SIZE: f.MAX_FRAME_SIZE_LIMIT}
         self.transport.write(f.PREFACE + f.settings(settings) + f.window_update(0, RECEIVE_WINDOW - f.DEFAULT_WINDOW))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        mark_lost(self.lost)
         self._fail(ConnectionLost("the server closed the connection"))
 
     def data_received(self, data: bytes) -> None:
@@ -216,11 +223,12 @@ class GrpcConnection(asyncio.Protocol):
         return self._hpack.encode(
             [
                 (":method", "POST"),
-                (":scheme", "http"),
+                (":scheme", self._scheme),
                 (":path", path),
                 (":authority", self._authority),
                 ("content-type", "application/grpc"),
                 ("te", "trailers"),
+                *self._metadata,
             ]
         )
 
@@ -249,8 +257,16 @@ class GrpcConnection(asyncio.Protocol):
         pending.clear()
 
 
-async def connect(host: str, port: int) -> GrpcConnection:
+async def connect(endpoint: Endpoint) -> GrpcConnection:
+    """A connection to ``endpoint``: over TLS (ALPN h2) where it says so, its credential in every call."""
+    tls = endpoint.ssl_context("h2")
+    metadata = tuple((name.lower(), value) for name, value in endpoint.auth_headers)
+    scheme = "https" if tls else "http"
     _, protocol = await asyncio.get_running_loop().create_connection(
-        lambda: GrpcConnection(f"{host}:{port}"), host, port
+        lambda: GrpcConnection(endpoint.authority, scheme, metadata),
+        endpoint.host,
+        endpoint.port,
+        ssl=tls,
+        server_hostname=endpoint.host if tls else None,
     )
     return protocol

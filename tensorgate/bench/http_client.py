@@ -10,17 +10,21 @@ bytes written once with ``transport.write``; the response is parsed by the C par
 ~3,000 us with httpx.
 
 It speaks only what the load generator needs: one request at a time per connection, chunked
-or sized bodies, ``Connection: close`` honoured by reconnecting. TLS is out of scope.
+or sized bodies, ``Connection: close`` honoured by reconnecting, TLS through the event loop's own SSL
+transport.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
 import httptools
+
+from tensorgate.bench.hang_up import hang_up, mark_lost
 
 BodyCallback = Callable[[bytes], None]
 
@@ -59,11 +63,13 @@ class _Protocol(asyncio.Protocol):
         self._on_body: BodyCallback | None = None
         self.keep_alive = True
         self.closed = False
+        self.lost: asyncio.Future[None] | None = None
 
     # asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        self.lost = asyncio.get_running_loop().create_future()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -73,6 +79,7 @@ class _Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        mark_lost(self.lost)
         self._fail(ConnectionLost("the server closed the connection"))
 
     # httptools callbacks
@@ -108,9 +115,10 @@ class _Protocol(asyncio.Protocol):
 class HttpConnection:
     """One keep-alive connection to ``host:port``, reopened when the server closes it."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         self._host = host
         self._port = port
+        self._tls = tls
         self._protocol: _Protocol | None = None
 
     async def request(self, raw: bytes, on_body: BodyCallback | None = None) -> Response:
@@ -131,9 +139,15 @@ class HttpConnection:
     async def _connect(self) -> _Protocol:
         self.close()
         loop = asyncio.get_running_loop()
-        _, protocol = await loop.create_connection(_Protocol, self._host, self._port)
+        _, protocol = await loop.create_connection(
+            _Protocol, self._host, self._port, ssl=self._tls, server_hostname=self._host if self._tls else None
+        )
         self._protocol = protocol
         return protocol
+
+    @property
+    def protocol(self) -> _Protocol | None:
+        return self._protocol
 
     def close(self) -> None:
         if self._protocol is not None and self._protocol.transport is not None:
@@ -148,9 +162,10 @@ class ConnectionPool:
     as it has requests outstanding, which is what a real population of clients would do.
     """
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
         self.host = host
         self.port = port
+        self._tls = tls
         self._idle: list[HttpConnection] = []
         self._all: list[HttpConnection] = []
 
@@ -158,7 +173,7 @@ class ConnectionPool:
         if self._idle:
             connection = self._idle.pop()
         else:
-            connection = HttpConnection(self.host, self.port)
+            connection = HttpConnection(self.host, self.port, self._tls)
             self._all.append(connection)
         try:
             response = await connection.request(raw, on_body)
@@ -168,8 +183,8 @@ class ConnectionPool:
         self._idle.append(connection)
         return response
 
-    def close(self) -> None:
-        for connection in self._all:
-            connection.close()
+    async def aclose(self) -> None:
+        protocols = [c.protocol for c in self._all if c.protocol is not None]
         self._all.clear()
         self._idle.clear()
+        await hang_up(protocols)

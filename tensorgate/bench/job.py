@@ -32,16 +32,13 @@ class Job:
     spec: LoadSpec
     tensors: list[RequestTensors] = field(default_factory=list)
     documents: list[dict[str, Any]] = field(default_factory=list)
-    api_key: str | None = None
 
 
 async def run_job(
     job: Job, clock: Clock, progress: Progress | None = None, before: Callable[[], None] | None = None
 ) -> RunResult:
     """Encode the requests, then (after ``before``, a start barrier for client processes) run the load."""
-    target = build_target(
-        job.protocol, job.endpoint, job.model, job.version, job.tensors, job.documents, clock, job.api_key
-    )
+    target = build_target(job.protocol, job.endpoint, job.model, job.version, job.tensors, job.documents, clock)
     try:
         if before is not None:
             await asyncio.to_thread(before)

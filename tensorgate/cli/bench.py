@@ -53,7 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", help="model name (or use -m)")
     parser.add_argument("-m", "--model", dest="model_flag", metavar="MODEL", help="model name")
     parser.add_argument("--model-version", help="model version (default: the server's choice)")
-    parser.add_argument("-u", "--url", help="server URL (default http://127.0.0.1:8080; 127.0.0.1:8081 for grpc)")
+    parser.add_argument(
+        "-u",
+        "--url",
+        help="server URL (default http://127.0.0.1:8080; 127.0.0.1:8081 for grpc; https://, grpcs:// for TLS)",
+    )
     parser.add_argument("--protocol", choices=PROTOCOLS, default="v2-json", help="wire protocol (default v2-json)")
     load = parser.add_argument_group("load")
     load.add_argument("-c", "--concurrency", type=int, default=None, help="closed loop: requests in flight (default 1)")
@@ -85,7 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--input-file", type=Path, help="JSON list of requests (V2 bodies with data, or OpenAI bodies)")
     data.add_argument("--prompt", default=DEFAULT_PROMPT, help="OpenAI protocols: the prompt")
     data.add_argument("--max-tokens", type=int, default=64, help="OpenAI protocols: tokens to generate")
-    data.add_argument("--api-key", help="OpenAI protocols: bearer token")
+    data.add_argument("--api-key", help="an API key or token, sent as 'Authorization: Bearer' (gRPC metadata too)")
+    data.add_argument("--cacert", type=Path, help="the CA of an https:// or grpcs:// server (default: the system's)")
     out = parser.add_argument_group("report")
     out.add_argument(
         "--slo",
@@ -165,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     grpc = is_grpc(args.protocol)
     args.url = args.url or ("127.0.0.1:8081" if grpc else "http://127.0.0.1:8080")
-    endpoint = parse_endpoint(args.url, 8081 if grpc else 8080)
+    ca_file = None if args.cacert is None else str(args.cacert)
+    endpoint = parse_endpoint(args.url, 8081 if grpc else 8080, ca_file=ca_file, credential=args.api_key)
     file_requests = load_input_file(json.loads(args.input_file.read_text())) if args.input_file else None
     tensors, documents = [], []
     if is_streaming(args.protocol):
@@ -182,7 +188,7 @@ def _bench(args: argparse.Namespace) -> int:
     last = RunResult()
     for level in args.sweep or [None]:
         mode, value, spec = _spec(args, level)
-        job = Job(args.protocol, endpoint, args.model, args.model_version, spec, tensors, documents, args.api_key)
+        job = Job(args.protocol, endpoint, args.model, args.model_version, spec, tensors, documents)
         before = scrape(args.metrics_url) if args.metrics_url else None
         last = _run_one(job, max(1, args.processes))
         after = scrape(args.metrics_url) if args.metrics_url else None

@@ -12,6 +12,7 @@ import pytest
 
 from tensorgate.bench.grpc_client import GrpcConnection, connect, framed
 from tensorgate.bench.http_client import ConnectionLost
+from tensorgate.bench.targets.base import Endpoint
 
 
 class Service:
@@ -52,7 +53,7 @@ async def served() -> AsyncIterator[tuple[Service, grpc.aio.Server, int]]:
 
 @pytest.fixture()
 async def connection(served: tuple[Service, grpc.aio.Server, int]) -> AsyncIterator[GrpcConnection]:
-    conn = await connect("127.0.0.1", served[2])
+    conn = await connect(Endpoint("127.0.0.1", served[2], ""))
     yield conn
     assert conn.transport is not None
     conn.transport.close()

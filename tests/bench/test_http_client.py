@@ -66,7 +66,7 @@ def test_keep_alive_sized_and_chunked_bodies() -> None:
         raw = encode_request("POST", f"127.0.0.1:{port}", "/x", b"hello")
         first = await pool.request(raw)
         second = await pool.request(raw)
-        pool.close()
+        await pool.aclose()
         assert (first.status, first.body) == (200, b"ok")
         assert (second.status, second.body) == (503, b"abcde")
 
@@ -92,7 +92,7 @@ def test_connection_close_reconnects_and_a_dropped_connection_raises() -> None:
         assert (await pool.request(raw)).status == 200
         with pytest.raises(ConnectionLost):
             await pool.request(raw)
-        pool.close()
+        await pool.aclose()
 
     asyncio.run(_with_server(handler, body))
     assert len(served) == 2
@@ -115,7 +115,7 @@ def test_openai_stream_timestamps_each_token() -> None:
     async def body(port: int) -> None:
         clock = MonotonicClock()
         endpoint = Endpoint("127.0.0.1", port, "")
-        target = OpenAiTarget(endpoint, [completion_body("m", "p", 2)], False, clock, None)
+        target = OpenAiTarget(endpoint, [completion_body("m", "p", 2)], False, clock)
         result = await run_load(target, LoadSpec(concurrency=2, requests=6), clock)
         await target.aclose()
         assert result.successes == 6 and result.tokens == 12

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -41,20 +42,45 @@ class Target(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
+    """Where the load goes and how to reach it (inert and picklable, for client processes)."""
+
     host: str
     port: int
     prefix: str
+    tls: bool = False
+    ca_file: str | None = None  # with tls: the CA that signed the server's certificate; None: the system's
+    credential: str | None = None  # an API key or token, sent as ``Authorization: Bearer``
 
     @property
     def authority(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def ssl_context(self, alpn: str) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.ca_file)
+        context.set_alpn_protocols([alpn])
+        return context
 
-def parse_endpoint(url: str, default_port: int) -> Endpoint:
-    """``http://host:port/prefix``, ``grpc://host:port`` or a bare ``host:port``."""
+    @property
+    def auth_headers(self) -> tuple[tuple[str, str], ...]:
+        return () if self.credential is None else (("Authorization", f"Bearer {self.credential}"),)
+
+
+_SCHEMES = {"http": False, "grpc": False, "https": True, "grpcs": True}
+
+
+def parse_endpoint(
+    url: str, default_port: int, *, ca_file: str | None = None, credential: str | None = None
+) -> Endpoint:
+    """``http://host:port/prefix``, ``grpc://host:port`` or a bare ``host:port``; ``https://`` and
+    ``grpcs://`` speak TLS."""
     parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme not in ("http", "grpc"):
-        raise ValueError(f"unsupported URL scheme {parts.scheme!r} in {url!r}; use http:// (TLS is not supported)")
+    if parts.scheme not in _SCHEMES:
+        raise ValueError(f"unsupported URL scheme {parts.scheme!r} in {url!r}; use http(s):// or grpc(s)://")
     if not parts.hostname:
         raise ValueError(f"no host in URL {url!r}")
-    return Endpoint(parts.hostname, parts.port or default_port, parts.path.rstrip("/"))
+    tls = _SCHEMES[parts.scheme]
+    if ca_file is not None and not tls:
+        raise ValueError(f"--cacert is for a TLS server; use https:// or grpcs:// in {url!r}")
+    return Endpoint(parts.hostname, parts.port or default_port, parts.path.rstrip("/"), tls, ca_file, credential)

@@ -27,7 +27,6 @@ def build_target(
     tensors: Sequence[RequestTensors],
     documents: Sequence[Mapping[str, Any]],
     clock: Clock,
-    api_key: str | None = None,
 ) -> Target:
     """``tensors`` feed the tensor protocols, ``documents`` (request bodies) the OpenAI ones."""
     if protocol in _HTTP_ENCODERS:
@@ -37,5 +36,5 @@ def build_target(
         target = GrpcStreamTarget if protocol == "grpc-stream" else GrpcTarget
         return target(endpoint, [infer_request_bytes(model, version, t) for t in tensors])
     if is_streaming(protocol):
-        return OpenAiTarget(endpoint, documents, protocol == "openai-chat", clock, api_key)
+        return OpenAiTarget(endpoint, documents, protocol == "openai-chat", clock)
     raise ValueError(f"unknown protocol {protocol!r}")

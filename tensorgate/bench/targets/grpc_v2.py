@@ -11,9 +11,11 @@ perf_analyzer's ``--streaming``) with ``grpc.aio`` and reads its answer's ``erro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from tensorgate.bench.grpc_client import GrpcConnection, connect, framed
+from tensorgate.bench.hang_up import hang_up
 from tensorgate.bench.inputs import RequestTensors, TensorMeta
 from tensorgate.bench.targets.base import Endpoint, Outcome
 from tensorgate.bench.targets.encoding import raw_bytes
@@ -49,7 +51,15 @@ def _channel(endpoint: Endpoint, own_connection: bool = False) -> Any:
     options = [("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.max_receive_message_length", _MAX_MESSAGE)]
     if own_connection:  # channels with equal arguments otherwise share one connection (grpc's global pool)
         options.append(("grpc.use_local_subchannel_pool", 1))
+    if endpoint.tls:
+        root = None if endpoint.ca_file is None else Path(endpoint.ca_file).read_bytes()
+        credentials = grpc.ssl_channel_credentials(root_certificates=root)
+        return grpc.aio.secure_channel(endpoint.authority, credentials, options=options)
     return grpc.aio.insecure_channel(endpoint.authority, options=options)
+
+
+def _metadata(endpoint: Endpoint) -> tuple[tuple[str, str], ...]:
+    return tuple((name.lower(), value) for name, value in endpoint.auth_headers)
 
 
 async def fetch_metadata(endpoint: Endpoint, model: str, version: str | None, timeout_s: float) -> list[TensorMeta]:
@@ -61,7 +71,9 @@ async def fetch_metadata(endpoint: Endpoint, model: str, version: str | None, ti
     try:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         reply = await stub.ModelMetadata(
-            service_pb2.ModelMetadataRequest(name=model, version=version or ""), timeout=timeout_s
+            service_pb2.ModelMetadataRequest(name=model, version=version or ""),
+            timeout=timeout_s,
+            metadata=_metadata(endpoint),
         )
     except grpc.aio.AioRpcError as exc:
         raise RuntimeError(
@@ -95,7 +107,7 @@ class GrpcTarget:
         if self._idle:
             connection = self._idle.pop()
         else:
-            connection = await connect(self._endpoint.host, self._endpoint.port)
+            connection = await connect(self._endpoint)
             self._all.append(connection)
         try:
             status = await connection.call(INFER_METHOD, self._requests[index % len(self._requests)])
@@ -112,11 +124,10 @@ class GrpcTarget:
         return Outcome(f"grpc {_STATUS_NAMES.get(status.code, 'UNKNOWN')}")
 
     async def aclose(self) -> None:
-        for connection in self._all:
-            if connection.transport is not None:
-                connection.transport.close()
+        connections = list(self._all)
         self._all.clear()
         self._idle.clear()
+        await hang_up(connections)
 
 
 # grpc-status numbers to grpc.StatusCode names; NO_STATUS (a reset stream, no status) is its own.
@@ -180,7 +191,9 @@ class GrpcStreamTarget:
             channel = _channel(self._endpoint, own_connection=True)
             self._channels.append(channel)
         # No request serializer (the requests are bytes); answers are parsed for error_message.
-        stream = channel.stream_stream(STREAM_METHOD, response_deserializer=self._answer.FromString)()
+        stream = channel.stream_stream(STREAM_METHOD, response_deserializer=self._answer.FromString)(
+            metadata=_metadata(self._endpoint)
+        )
         self._streams.add(stream)
         return channel, stream
 

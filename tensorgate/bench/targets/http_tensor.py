@@ -54,21 +54,25 @@ def v1_body(tensors: RequestTensors) -> bytes:
 
 def encode_v2_json(endpoint: Endpoint, model: str, version: str | None, tensors: RequestTensors) -> bytes:
     path = model_path(endpoint, "v2", model, version) + "/infer"
-    return encode_request(
-        "POST", endpoint.authority, path, v2_json_body(tensors), (("Content-Type", "application/json"),)
-    )
+    headers = (("Content-Type", "application/json"), *endpoint.auth_headers)
+    return encode_request("POST", endpoint.authority, path, v2_json_body(tensors), headers)
 
 
 def encode_v2_binary(endpoint: Endpoint, model: str, version: str | None, tensors: RequestTensors) -> bytes:
     body, header_length = v2_binary_body(tensors)
     path = model_path(endpoint, "v2", model, version) + "/infer"
-    headers = (("Content-Type", "application/octet-stream"), ("Inference-Header-Content-Length", str(header_length)))
+    headers = (
+        ("Content-Type", "application/octet-stream"),
+        ("Inference-Header-Content-Length", str(header_length)),
+        *endpoint.auth_headers,
+    )
     return encode_request("POST", endpoint.authority, path, body, headers)
 
 
 def encode_v1(endpoint: Endpoint, model: str, version: str | None, tensors: RequestTensors) -> bytes:
     path = model_path(endpoint, "v1", model, version) + ":predict"
-    return encode_request("POST", endpoint.authority, path, v1_body(tensors), (("Content-Type", "application/json"),))
+    headers = (("Content-Type", "application/json"), *endpoint.auth_headers)
+    return encode_request("POST", endpoint.authority, path, v1_body(tensors), headers)
 
 
 class HttpTensorTarget:
@@ -77,7 +81,7 @@ class HttpTensorTarget:
     def __init__(self, endpoint: Endpoint, requests: Sequence[bytes]) -> None:
         if not requests:
             raise ValueError("no requests to send")
-        self._pool = ConnectionPool(endpoint.host, endpoint.port)
+        self._pool = ConnectionPool(endpoint.host, endpoint.port, endpoint.ssl_context("http/1.1"))
         self._requests = list(requests)
 
     async def call(self, index: int) -> Outcome:
@@ -85,4 +89,4 @@ class HttpTensorTarget:
         return Outcome(None if response.status == 200 else f"http {response.status}")
 
     async def aclose(self) -> None:
-        self._pool.close()
+        await self._pool.aclose()

@@ -57,20 +57,17 @@ def event_text(payload: str, chat: bool) -> str | None:
 class OpenAiTarget:
     """Streams one completion per call and timestamps each token as its event arrives."""
 
-    def __init__(
-        self, endpoint: Endpoint, bodies: Sequence[Mapping[str, Any]], chat: bool, clock: Clock, api_key: str | None
-    ) -> None:
+    def __init__(self, endpoint: Endpoint, bodies: Sequence[Mapping[str, Any]], chat: bool, clock: Clock) -> None:
         if not bodies:
             raise ValueError("no requests to send")
         path = f"{endpoint.prefix}/v1/chat/completions" if chat else f"{endpoint.prefix}/v1/completions"
         headers = [("Content-Type", "application/json"), ("Accept", "text/event-stream")]
-        if api_key:
-            headers.append(("Authorization", f"Bearer {api_key}"))
+        headers += endpoint.auth_headers
         self._requests = [
             encode_request("POST", endpoint.authority, path, orjson.dumps({**b, "stream": True}), tuple(headers))
             for b in bodies
         ]
-        self._pool = ConnectionPool(endpoint.host, endpoint.port)
+        self._pool = ConnectionPool(endpoint.host, endpoint.port, endpoint.ssl_context("http/1.1"))
         self._chat = chat
         self._clock = clock
 
@@ -97,4 +94,4 @@ class OpenAiTarget:
         return outcome
 
     async def aclose(self) -> None:
-        self._pool.close()
+        await self._pool.aclose()
