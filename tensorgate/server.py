@@ -43,6 +43,7 @@ from tensorgate.repository.watcher import ModelPrint, fingerprint_repository, wi
 from tensorgate.security.admin_keys import read_admin_keys
 from tensorgate.security.api_keys import ApiKeysFile
 from tensorgate.security.gate import Gate
+from tensorgate.security.hosts import HostAllowlist
 from tensorgate.security.identity import Limits
 from tensorgate.security.jwt_tokens import JwtVerifier
 from tensorgate.security.tls import GRPC_ALPN, HTTP_ALPN, CertificateFiles
@@ -170,13 +171,14 @@ class Server:
                 "HTTP binds %s: inference is reachable from the network; put TLS and auth in front",
                 section.host,
             )
+        hosts = HostAllowlist.for_bind(section.host, section.allowed_hosts)
         settings = HttpSettings(
             max_body_bytes=section.max_body_bytes,
             limits=DecodeLimits(max_elements=section.max_elements, max_json_depth=section.max_json_depth),
         )
         http = HttpListener(
             "http",
-            HttpApp(self.service, settings, self.clock, self.access_log, self.tracer, self.gate),
+            HttpApp(self.service, settings, self.clock, self.access_log, self.tracer, self.gate, hosts),
             bind_socket(section.host, section.http_port),
             keep_alive_s=section.keep_alive_s,
             exit_timeout_s=section.exit_timeout_s,
@@ -189,7 +191,7 @@ class Server:
             self._listeners.append(
                 HttpListener(
                     "metrics",
-                    metrics_app(self.metrics.registry, self.gate),
+                    metrics_app(self.metrics.registry, self.gate, hosts),
                     bind_socket(section.host, section.metrics_port),
                     max_connections=section.max_connections,
                     tls=self._tls(HTTP_ALPN) if section.metrics_tls else None,

@@ -34,6 +34,7 @@ _FLAG_KEYS = {
     "repository_poll_secs": "repository_poll_s",
     "admin_keys_file": "admin_keys_file",
     "max_connections": "max_connections",
+    "allowed_host": "allowed_hosts",
 }
 # Flags that set a key of a section inside ``server``: (flag, section, key).
 _SECTION_FLAGS = (
@@ -94,6 +95,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--api-keys-file", type=Path, help="turn authentication on: the API keys file (sha256 name roles [models])"
     )
     parser.add_argument("--max-connections", type=int, help="connections past this are closed as accepted")
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="a Host name the HTTP ports answer besides loopback names (repeat; '*': any)",
+    )
 
 
 def build_config(args: argparse.Namespace) -> tuple[ServerConfig, Path, str]:

@@ -100,6 +100,9 @@ class ServerSection(Strict):
     auth: AuthSection | None = None
     # Connections past this are closed as they are accepted (HTTP and gRPC each); None: no cap.
     max_connections: int | None = Field(default=None, ge=1)
+    # The Host names the HTTP ports answer besides loopback names ("*": any); None: any name when
+    # bound beyond loopback, only loopback names when bound to it (security/hosts.py).
+    allowed_hosts: list[str] | None = None
 
     @model_validator(mode="after")
     def _management(self) -> ServerSection:

@@ -632,7 +632,7 @@ def test_routes_through_nginx(fleet: Fleet) -> None:
     # A body over the replicas' limit is refused by nginx on its Content-Length, before any body.
     with socket.create_connection(("127.0.0.1", fleet.nginx.http_port), timeout=10.0) as sock:
         sock.sendall(
-            f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\nX-Request-ID: big-1\r\n"
+            f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-ID: big-1\r\n"
             f"Content-Length: {DEFAULT_MAX_BODY_BYTES + 1}\r\n\r\n".encode()
         )
         assert sock.recv(4096).split(b"\r\n", 1)[0] == b"HTTP/1.1 413 Request Entity Too Large"

@@ -217,7 +217,7 @@ def test_connections_past_the_cap_are_closed_as_accepted(capped: ServerProcess, 
         # Accepted in order: the two held ones are counted before this one is looked at.
         extra = socket.create_connection(address, timeout=10)
         with extra:
-            extra.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            extra.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             try:
                 data = extra.recv(1024)
             except ConnectionResetError:

@@ -474,7 +474,7 @@ def test_traversal_names_on_the_wire(server: ServerProcess, path: str, status: i
     method = "POST" if path.endswith(("infer", "predict")) else "GET"
     body = _body(_features())
     request = (
-        f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode() + body
     got, _headers, payload = _raw(server.ports["http"], request)
@@ -485,9 +485,9 @@ def test_traversal_names_on_the_wire(server: ServerProcess, path: str, status: i
 @pytest.mark.parametrize(
     "request_bytes",
     [
-        b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}",
-        b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}",
-        b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n{}",
+        b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n{}",
+        b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         b"GARBAGE\r\n\r\n",
     ],
 )

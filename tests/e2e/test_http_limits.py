@@ -158,7 +158,7 @@ def test_declared_length_over_the_limit_is_refused_before_the_body(server: Serve
     """Content-Length over the limit and a few body bytes: the 413 arrives without the rest being sent."""
     with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=10) as sock:
         sock.sendall(
-            b"POST /v2/models/cnn/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v2/models/cnn/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             + f"Content-Length: {LIMIT + KIB}\r\n\r\n".encode()
             + b'{"inputs": '
         )
@@ -177,7 +177,7 @@ def test_too_many_chunks(server: ServerProcess) -> None:
     framed = b"".join(b"1\r\n" + body[i : i + 1] + b"\r\n" for i in range(len(body))) + b"0\r\n\r\n"
     with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=20) as sock:
         sock.sendall(
-            b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
             b"Content-Type: application/json\r\n\r\n"
         )
         try:
@@ -197,7 +197,7 @@ def test_a_few_chunks_are_fine(server: ServerProcess) -> None:
     framed = b"".join(b"%x\r\n" % len(body[i : i + 8]) + body[i : i + 8] + b"\r\n" for i in range(0, len(body), 8))
     with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=20) as sock:
         sock.sendall(
-            b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
             + framed
             + b"0\r\n\r\n"
         )
@@ -215,11 +215,15 @@ def _exchange(server: ServerProcess, request: bytes) -> tuple[int, dict[str, str
 
 
 def test_uri_too_long(server: ServerProcess) -> None:
-    status, headers, body = _exchange(server, b"GET /v2/models/" + b"a" * (16 * KIB) + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, body = _exchange(
+        server, b"GET /v2/models/" + b"a" * (16 * KIB) + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    )
     assert status == 414
     assert headers["connection"] == "close"
     assert "URI exceeds" in json.loads(body)["error"]
-    long_but_fine = b"GET /v2/health/live?" + b"q" * (8 * KIB) + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    long_but_fine = (
+        b"GET /v2/health/live?" + b"q" * (8 * KIB) + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
     assert _exchange(server, long_but_fine)[0] == 200
 
 
@@ -233,7 +237,9 @@ def test_uri_too_long(server: ServerProcess) -> None:
     ids=["200-headers", "80-KiB-header", "unterminated-2-MiB-header"],
 )
 def test_headers_too_large(server: ServerProcess, headers: bytes) -> None:
-    status, _headers, body = _exchange(server, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+    status, _headers, body = _exchange(
+        server, b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + b"\r\n"
+    )
     assert status == 431
     assert "headers exceed" in json.loads(body)["error"]
     assert httpx.get(server.url + "/v2/health/live").status_code == 200
@@ -241,13 +247,13 @@ def test_headers_too_large(server: ServerProcess, headers: bytes) -> None:
 
 def test_ordinary_headers_are_fine(server: ServerProcess) -> None:
     headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 100) for i in range(50))
-    request = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers + b"\r\n"
+    request = b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + headers + b"\r\n"
     assert _exchange(server, request)[0] == 200
 
 
 def test_pipelined_requests_on_one_connection(server: ServerProcess) -> None:
-    one = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
-    last = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    one = b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    last = b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     received = b""
     with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=20) as sock:
         sock.sendall(one * 2 + last)
@@ -277,7 +283,7 @@ def test_header_timeout(server: ServerProcess) -> None:
         socket.create_connection(("127.0.0.1", port), timeout=20) as idle,
     ):
         started = time.monotonic()
-        slow.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
+        slow.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         status, headers, body = _read_response(slow)
         assert 9.0 < time.monotonic() - started < 12.0
         assert status == 408
@@ -304,7 +310,7 @@ def test_a_chunked_body_is_refused_soon_after_it_passes_the_limit(server: Server
     answered_at = None
     with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=10) as sock:
         sock.sendall(
-            b"POST /v2/models/cnn/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v2/models/cnn/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
         while sent < 6 * LIMIT:

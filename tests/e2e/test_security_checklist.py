@@ -160,7 +160,7 @@ def test_s08_counts_and_sizes_are_bounded_before_allocation(server: ServerProces
     answer = httpx.post(url, content=f'{{"inputs": {deep}}}', headers={"content-type": "application/json"})
     assert answer.status_code == 400 and "depth" in answer.json()["error"]
     with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=10) as sock:
-        sock.sendall(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (1 << 40))
+        sock.sendall(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % (1 << 40))
         assert sock.recv(4096).startswith(b"HTTP/1.1 413")  # a declared terabyte: refused unread
     assert httpx.get(f"{server.url}/v2/health/live").status_code == 200
 
@@ -170,7 +170,7 @@ def test_s09_a_client_slow_to_send_its_headers_is_cut_off(example_repo: Path, tm
     config.write_text(yaml.safe_dump({"server": {"model_repository": str(example_repo), "header_timeout_s": 0.5}}))
     with ServerProcess("--config", str(config)) as server:
         with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=10) as sock:
-            sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")  # and never the end of the headers
+            sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the end of the headers
             started = time.monotonic()
             answer = b""
             while chunk := sock.recv(4096):
@@ -298,6 +298,27 @@ def test_s16_no_cors_and_admin_credentials_only_from_the_authorization_header(
         preflight = httpx.options(index, headers={**origin, "access-control-request-method": "POST"})
         for answer in (preflight, httpx.get(f"{server.url}/v2", headers=origin)):
             assert not any(h.startswith("access-control-") for h in answer.headers)
+
+
+def test_s16_a_name_rebound_to_loopback_is_refused(server: ServerProcess, example_repo: Path) -> None:
+    """DNS rebinding: a page whose name now resolves to 127.0.0.1 reaches the loopback server with its
+    own name in Host; that is refused (403, the name not echoed) on every route and on the metrics
+    port, while the server's own names are answered, and --allowed-host adds one."""
+    rebound = {"host": "evil.example:8080"}
+    for answer in (
+        httpx.get(f"{server.url}/v2/health/ready", headers=rebound),
+        httpx.post(f"{server.url}/v2/models/mlp/infer", json=MLP_BODY, headers=rebound),
+        httpx.get(f"http://127.0.0.1:{server.ports['metrics']}/metrics", headers=rebound),
+    ):
+        assert answer.status_code == 403, answer.request.url
+        assert "allowed_hosts" in answer.json()["error"] and "evil" not in answer.text
+    port = server.ports["http"]
+    for own in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]"):
+        assert httpx.get(f"{server.url}/v2/health/ready", headers={"host": own}).status_code == 200
+    with ServerProcess("--model-repository", str(example_repo), "--allowed-host", "models.example") as named:
+        ready = f"{named.url}/v2/health/ready"
+        assert httpx.get(ready, headers={"host": "models.example:443"}).status_code == 200
+        assert httpx.get(ready, headers=rebound).status_code == 403
 
 
 def test_s20_every_answer_says_nosniff_and_json(server: ServerProcess) -> None:

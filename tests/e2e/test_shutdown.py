@@ -33,7 +33,7 @@ def _status_line(sock: socket.socket) -> int:
 def _start_slow_request(port: int) -> socket.socket:
     """Headers and half the body: the request is in flight until the rest is sent."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=15)
-    head = f"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(BODY)}\r\n\r\n".encode()
+    head = f"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(BODY)}\r\n\r\n".encode()
     sock.sendall(head + BODY[: len(BODY) // 2])
     return sock
 
@@ -125,7 +125,9 @@ def test_the_exit_timeout_bounds_the_whole_exit_when_every_worker_is_stuck(tmp_p
     args = ("--model-repository", str(tmp_path), "--exit-timeout", "0.5", "--drain-delay", "0")
     with ServerProcess(*args) as server:
         body = json.dumps(v2_body([[1.0] * 4])).encode()
-        head = f"POST /v2/models/stuck/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        head = (
+            f"POST /v2/models/stuck/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        )
         clients = [socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=15) for _ in range(4)]
         for client in clients:
             client.sendall(head + body)

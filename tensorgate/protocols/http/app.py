@@ -34,6 +34,7 @@ from tensorgate.protocols.access import http_access
 from tensorgate.protocols.http.body import Receive, decompress, read_body
 from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
 from tensorgate.protocols.http.openai_routes import GenerationRoutes, is_generation_route
+from tensorgate.protocols.http.openapi import openapi_json
 from tensorgate.protocols.http.security_headers import NOSNIFF
 from tensorgate.protocols.http.v1_codec import decode_predict, encode_predict
 from tensorgate.protocols.http.v2_codec import (
@@ -47,6 +48,7 @@ from tensorgate.protocols.http.v2_codec import (
 from tensorgate.protocols.request_ids import RequestIds
 from tensorgate.repository.names import check_model_name, parse_version
 from tensorgate.security.gate import Gate
+from tensorgate.security.hosts import HostAllowlist
 from tensorgate.security.identity import Identity
 from tensorgate.types import InferRequest, InferResponse, TensorSpec
 
@@ -140,8 +142,10 @@ class HttpApp:
         access: AccessLog | None = None,
         tracer: Tracer = NOOP_TRACER,
         gate: Gate | None = None,
+        hosts: HostAllowlist | None = None,
     ) -> None:
         self._gate = gate if gate is not None else Gate(clock)  # without one: only admin keys are asked for
+        self._hosts = hosts if hosts is not None else HostAllowlist(None)
         self._tracer = tracer
         self._tracing_sampled_only = tracer.sampled_only
         self._service = service
@@ -149,6 +153,7 @@ class HttpApp:
         self._clock = clock
         self._access_log = access if access is not None else AccessLog(enabled=False)
         self._ids = RequestIds()
+        self._openapi = openapi_json()  # GET /openapi.json, read once here at startup
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -184,6 +189,8 @@ class HttpApp:
 
     async def _route(self, call: Call, receive: Receive, send: Send) -> None:
         parts = call.path.strip("/").split("/")
+        if self._hosts.checks:  # bound to loopback: a page that rebinds its name to us is refused
+            self._hosts.check(call.header(b"host"))
         gate = self._gate
         if not gate.enabled:
             await self._dispatch(call, parts, receive, send)
@@ -206,6 +213,9 @@ class HttpApp:
             await self._route_v2(call, parts[1:], receive, send)
         elif head == "v1" and len(parts) >= 3 and parts[1] == "models":
             await self._route_v1(call, parts[2:], receive, send)
+        elif head == "openapi.json" and len(parts) == 1:  # behind the same gate as the metadata routes
+            self._only(call, "GET")
+            await self._send(call, send, 200, self._openapi, [_JSON])
         else:
             raise NotFound(f"no route for {call.path[:200]}")
 

@@ -31,6 +31,7 @@ from tensorgate.protocols.http.body import MAX_CHUNKS
 from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
 from tensorgate.protocols.http.security_headers import NOSNIFF, NOSNIFF_LINE
 from tensorgate.security.gate import Gate
+from tensorgate.security.hosts import HostAllowlist
 
 # Request-line and header bounds (reliability plan P-2): a URI past 16 KiB is 414; more than 100
 # header fields or 64 KiB of them is 431. Until the headers are complete at most 1 MiB is buffered.
@@ -538,28 +539,33 @@ class HttpListener:
         self._socket.close()
 
 
-def metrics_app(registry: CollectorRegistry, gate: Gate | None = None) -> Any:
-    """Prometheus' exposition; where authentication is on, for callers with the ``metrics`` role."""
+def metrics_app(registry: CollectorRegistry, gate: Gate | None = None, hosts: HostAllowlist | None = None) -> Any:
+    """Prometheus' exposition; where authentication is on, for callers with the ``metrics`` role; on
+    loopback, for requests addressed to its names (``hosts``)."""
     app = make_asgi_app(registry=registry)
-    if gate is None or not gate.enabled:
+    checks_hosts = hosts is not None and hosts.checks
+    if (gate is None or not gate.enabled) and not checks_hosts:
         return app
 
     async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             headers = dict(scope["headers"])
-            authorization, api_key = headers.get(b"authorization"), headers.get(b"x-api-key")
             try:
-                gate.check(
-                    "metrics",
-                    None if authorization is None else authorization.decode("latin-1"),
-                    None if api_key is None else api_key.decode("latin-1"),
-                )
+                if hosts is not None:
+                    hosts.check(_latin1(headers.get(b"host")))
+                if gate is not None and gate.enabled:
+                    authorization, api_key = headers.get(b"authorization"), headers.get(b"x-api-key")
+                    gate.check("metrics", _latin1(authorization), _latin1(api_key))
             except TensorgateError as exc:
                 await _refuse(send, exc)
                 return
         await app(scope, receive, send)
 
     return guarded
+
+
+def _latin1(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("latin-1")
 
 
 async def _refuse(send: Any, exc: TensorgateError) -> None:

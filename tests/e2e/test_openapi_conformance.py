@@ -1,0 +1,203 @@
+"""The OpenAPI document the package ships (``tensorgate/protocols/http/openapi.yaml``) against a real
+server over the example repository (issue 32 part 5; reliability plan P-4, at a budget the suite can
+afford): Schemathesis generates requests from the document and every response must be no 5xx, a
+documented status, a documented content type and valid against the documented schema.
+
+Also: the document is valid OpenAPI 3.0, every documented operation is served with exactly the
+documented method, and every path segment the app's routing code compares against is in the
+document (so a route added to the app without the document fails here).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from collections.abc import Iterator
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+import schemathesis.checks
+import yaml
+from hypothesis import HealthCheck, assume, settings
+
+from tensorgate.testing import ServerProcess
+
+DOCUMENT: dict[str, Any] = yaml.safe_load(files("tensorgate.protocols.http").joinpath("openapi.yaml").read_text())
+SCHEMA = schemathesis.openapi.from_dict(DOCUMENT)
+CHECKS = [
+    getattr(schemathesis.checks, name)
+    for name in (
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_schema_conformance",
+    )
+]
+# 30 operations: ~15 examples each (positive and negative) keeps the whole run near 20 s on 2 cores.
+EXAMPLES_PER_OPERATION = 15
+METHODS = ("get", "post")
+FILLED = {"{model}": "mlp", "{version}": "1"}  # a model and version the example repository has
+# OpenAPI matches a concrete path before a templated one: ``GET /v2/models/stats`` is the statistics
+# operation, not the metadata of a model named "stats" (which negative generation offers).
+CONCRETE_PATHS = frozenset(path for path in DOCUMENT["paths"] if "{" not in path)
+
+
+@pytest.fixture(scope="module")
+def server(example_repo: Path) -> Iterator[ServerProcess]:
+    with ServerProcess("--model-repository", str(example_repo)) as process:
+        yield process
+
+
+def _asks_for_a_deadline(case: Any) -> bool:
+    """A request with its own ``timeout`` parameter (microseconds) may expire before it runs: 504 is
+    the documented answer (the error table's DEADLINE_EXCEEDED), not a server fault."""
+    body = case.body if isinstance(case.body, dict) else {}
+    params = body.get("parameters")
+    return isinstance(params, dict) and "timeout" in params
+
+
+@SCHEMA.parametrize()
+@settings(
+    max_examples=EXAMPLES_PER_OPERATION,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+)
+def test_responses_conform_to_the_document(case: Any, server: ServerProcess) -> None:
+    assume(case.path == case.formatted_path or case.formatted_path not in CONCRETE_PATHS)
+    response = case.call(base_url=server.url, timeout=10)
+    checks = CHECKS
+    if response.status_code == 504 and _asks_for_a_deadline(case):
+        checks = [c for c in CHECKS if c is not schemathesis.checks.not_a_server_error]
+    case.validate_response(response, checks=checks)
+
+
+def test_the_document_is_valid_openapi() -> None:
+    assert DOCUMENT["openapi"].startswith("3.0.")
+    SCHEMA.validate()  # against the OpenAPI 3.0 meta-schema; raises on any violation
+    bodiless = set()
+    for path, item in DOCUMENT["paths"].items():
+        for method in METHODS:
+            operation = item.get(method)
+            if operation is None:
+                continue
+            for status, response in operation["responses"].items():
+                target = _resolve(response)
+                if int(status) < 400:
+                    continue
+                if "content" not in target:
+                    bodiless.add((path, status))
+                    continue
+                schema = target["content"]["application/json"]["schema"]  # the table's JSON body
+                assert _resolve(schema) == DOCUMENT["components"]["schemas"]["Error"], (path, method, status)
+    # The one error without a body: the server's health answers "not ready" with an empty 400.
+    assert bodiless == {("/v2/health/live", "400"), ("/v2/health/ready", "400")}
+
+
+def _resolve(node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        found: Any = DOCUMENT
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            found = found[part]
+        node = found
+    return node
+
+
+# The functions that route a request by its path segments, in the modules that hold them.
+ROUTING = {
+    "app.py": {"_dispatch", "_route_v2", "_model_route", "_repository_route", "_route_v1"},
+    "openai_routes.py": {"is_generation_route", "handle"},
+}
+
+
+def _segments_of_the_app_routes() -> set[str]:
+    """Every string the routing functions compare a path segment with (``parts[0] == "v2"``,
+    ``parts in (["v1", "models"], ...)``, ``last.endswith(":predict")``), read from their source
+    (the source, not ``inspect``: the app's module may be compiled)."""
+    found: set[str] = set()
+
+    def literals(node: ast.AST) -> Iterator[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.value
+        elif isinstance(node, ast.List | ast.Tuple):
+            for element in node.elts:
+                yield from literals(element)
+
+    package = files("tensorgate.protocols.http")
+    for module, names in ROUTING.items():
+        tree = ast.parse(package.joinpath(module).read_text())
+        functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        routing = [f for f in functions if f.name in names]
+        assert {f.name for f in routing} == names, f"routing functions moved in {module}"
+        for function in routing:
+            for node in ast.walk(function):
+                if isinstance(node, ast.Compare):
+                    for side in [node.left, *node.comparators]:
+                        found.update(literals(side))
+                elif (
+                    isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "endswith"
+                ):
+                    for argument in node.args:
+                        found.update(literals(argument))
+    return {s for s in found if s and s not in {"GET", "POST", "HEAD"}}
+
+
+def test_every_route_of_the_app_is_in_the_document() -> None:
+    segments = _segments_of_the_app_routes()
+    assert {"v2", "v1", "infer", "ready", ":predict", "completions"} <= segments  # the reading works
+    documented = {
+        piece
+        for path in DOCUMENT["paths"]
+        for segment in path.strip("/").split("/")
+        for piece in [segment, *re.findall(r":[a-z_]+", segment)]
+    }
+    assert segments <= documented, f"routes not in the document: {sorted(segments - documented)}"
+
+
+def test_every_documented_operation_is_served_with_its_method(server: ServerProcess) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        for template, item in DOCUMENT["paths"].items():
+            path = template
+            for placeholder, value in FILLED.items():
+                path = path.replace(placeholder, value)
+            for method in METHODS:
+                response = client.request(method.upper(), path, json={} if method == "post" else None)
+                if method in item:
+                    unrouted = response.status_code == 404 and response.json()["error"].startswith("no route")
+                    assert not unrouted, (method, template)
+                    assert response.status_code != 405, (method, template)
+                else:
+                    # The repository API refuses a caller (403 while it is disabled) before it looks
+                    # at the method; every other route answers a wrong method with 405.
+                    refused = template.startswith("/v2/repository/") and response.status_code == 403
+                    assert response.status_code == 405 or refused, (method, template, response.status_code)
+                    assert response.json()["error"]
+
+
+def test_the_server_serves_the_document_as_json(server: ServerProcess) -> None:
+    response = httpx.get(f"{server.url}/openapi.json", timeout=10)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == DOCUMENT
+    assert httpx.head(f"{server.url}/openapi.json", timeout=10).status_code == 200
+
+
+def test_the_document_is_behind_the_gate_of_the_metadata(example_repo: Path, tmp_path: Path) -> None:
+    key = "openapi-reader-key-0123456789"
+    (tmp_path / "api_keys").write_text(
+        f"{hashlib.sha256(key.encode()).hexdigest()} reader infer\n"
+    )  # sha256 name roles
+    config = {"server": {"model_repository": str(example_repo), "auth": {"api_keys_file": str(tmp_path / "api_keys")}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    with ServerProcess("--config", str(tmp_path / "config.yaml")) as locked, httpx.Client(timeout=10) as client:
+        for path in ("/openapi.json", "/v2"):
+            anonymous = client.get(locked.url + path)
+            assert anonymous.status_code == 401, path
+            assert anonymous.json()["error"]
+            wrong = client.get(locked.url + path, headers={"authorization": "Bearer not-the-key-0000000000"})
+            assert wrong.status_code == 401, path
+            assert client.get(locked.url + path, headers={"authorization": f"Bearer {key}"}).status_code == 200
