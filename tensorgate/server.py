@@ -36,6 +36,7 @@ from tensorgate.protocols.grpc.servicer import GrpcSettings
 from tensorgate.protocols.http.app import HttpApp, HttpSettings
 from tensorgate.protocols.http.listener import HttpListener, metrics_app
 from tensorgate.protocols.http.v2_codec import DecodeLimits
+from tensorgate.protocols.shared_memory import SharedMemoryRegions
 from tensorgate.repository.flat import from_flat_entries
 from tensorgate.repository.scanner import scan_repository
 from tensorgate.repository.source import ModelSource
@@ -106,6 +107,7 @@ class Server:
         self.repository: RepositoryControl | None = None  # built at start, once the repository is known
         self.gate = Gate(self.clock)  # replaced at start by one built from the auth settings
         self.certificates: CertificateFiles | None = None
+        self.shared_memory = SharedMemoryRegions(enabled=False)  # replaced at start from the settings
         self._certificate_task: asyncio.Task[None] | None = None
         self.service = InferenceService(self.manager)
         self.access_log = AccessLog(
@@ -172,13 +174,24 @@ class Server:
                 section.host,
             )
         hosts = HostAllowlist.for_bind(section.host, section.allowed_hosts)
+        # One registry for both protocols: a region registered over HTTP serves gRPC calls too.
+        self.shared_memory = SharedMemoryRegions(enabled=section.shared_memory == "system")
         settings = HttpSettings(
             max_body_bytes=section.max_body_bytes,
             limits=DecodeLimits(max_elements=section.max_elements, max_json_depth=section.max_json_depth),
         )
         http = HttpListener(
             "http",
-            HttpApp(self.service, settings, self.clock, self.access_log, self.tracer, self.gate, hosts),
+            HttpApp(
+                self.service,
+                settings,
+                self.clock,
+                self.access_log,
+                self.tracer,
+                self.gate,
+                hosts,
+                self.shared_memory,
+            ),
             bind_socket(section.host, section.http_port),
             keep_alive_s=section.keep_alive_s,
             exit_timeout_s=section.exit_timeout_s,
@@ -267,7 +280,12 @@ class Server:
         max_message = section.grpc_max_message_bytes or section.max_body_bytes
         self._grpc = GrpcListener(
             self.service,
-            GrpcSettings(limits=GrpcLimits(section.max_elements, max_message), access=self.access_log, gate=self.gate),
+            GrpcSettings(
+                limits=GrpcLimits(section.max_elements, max_message),
+                access=self.access_log,
+                gate=self.gate,
+                shared_memory=self.shared_memory,
+            ),
             self.tracer,
             self.clock,
             host=section.host,

@@ -35,6 +35,7 @@ _FLAG_KEYS = {
     "admin_keys_file": "admin_keys_file",
     "max_connections": "max_connections",
     "allowed_host": "allowed_hosts",
+    "shared_memory": "shared_memory",
 }
 # Flags that set a key of a section inside ``server``: (flag, section, key).
 _SECTION_FLAGS = (
@@ -100,6 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="NAME",
         help="a Host name the HTTP ports answer besides loopback names (repeat; '*': any)",
+    )
+    parser.add_argument(
+        "--shared-memory",
+        choices=["none", "system"],
+        help="system: local clients may pass tensors through /dev/shm regions (Triton's extension; default none)",
     )
 
 

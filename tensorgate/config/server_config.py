@@ -103,6 +103,9 @@ class ServerSection(Strict):
     # The Host names the HTTP ports answer besides loopback names ("*": any); None: any name when
     # bound beyond loopback, only loopback names when bound to it (security/hosts.py).
     allowed_hosts: list[str] | None = None
+    # Triton's system shared-memory extension (tensors in /dev/shm regions that local clients
+    # register): off unless asked for, as a region reaches files of this host (checklist S-12).
+    shared_memory: Literal["none", "system"] = "none"
 
     @model_validator(mode="after")
     def _management(self) -> ServerSection:

@@ -38,7 +38,7 @@ CHECKS = [
         "response_schema_conformance",
     )
 ]
-# 30 operations: ~15 examples each (positive and negative) keeps the whole run near 20 s on 2 cores.
+# 40 operations: ~15 examples each (positive and negative) keeps the whole run near 20 s on 2 cores.
 EXAMPLES_PER_OPERATION = 15
 METHODS = ("get", "post")
 FILLED = {"{model}": "mlp", "{version}": "1"}  # a model and version the example repository has
@@ -72,6 +72,9 @@ def test_responses_conform_to_the_document(case: Any, server: ServerProcess) -> 
     response = case.call(base_url=server.url, timeout=10)
     checks = CHECKS
     if response.status_code == 504 and _asks_for_a_deadline(case):
+        checks = [c for c in CHECKS if c is not schemathesis.checks.not_a_server_error]
+    if response.status_code == 501 and case.path.startswith("/v2/cudasharedmemory/"):
+        # The documented answer of a server without a GPU runtime (NOT_IMPLEMENTED in the table).
         checks = [c for c in CHECKS if c is not schemathesis.checks.not_a_server_error]
     case.validate_response(response, checks=checks)
 
@@ -109,7 +112,7 @@ def _resolve(node: dict[str, Any]) -> dict[str, Any]:
 
 # The functions that route a request by its path segments, in the modules that hold them.
 ROUTING = {
-    "app.py": {"_dispatch", "_route_v2", "_model_route", "_repository_route", "_route_v1"},
+    "app.py": {"_dispatch", "_route_v2", "_model_route", "_repository_route", "_shared_memory_route", "_route_v1"},
     "openai_routes.py": {"is_generation_route", "handle"},
 }
 

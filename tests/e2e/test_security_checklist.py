@@ -240,10 +240,17 @@ def test_s11_errors_leak_nothing_internal(server: ServerProcess, tmp_path: Path)
 
 
 def test_s12_shared_memory_is_off(server: ServerProcess) -> None:
-    """Until the shared-memory extension exists, registering a region is refused, never mapped."""
-    register = {"key": "/dev/shm/anything", "offset": 0, "byte_size": 64}
+    """Shared memory is off by default: registering a region is refused (403 / PERMISSION_DENIED,
+    saying how to turn it on), nothing is mapped, and naming a region in a request is refused too.
+    The rules that hold once it is on are tests/e2e/test_shared_memory.py."""
+    register = {"key": "/anything", "offset": 0, "byte_size": 64}
     answer = httpx.post(f"{server.url}/v2/systemsharedmemory/region/r/register", json=register)
-    assert answer.status_code in (404, 501)
+    assert answer.status_code == 403
+    assert "server.shared_memory" in answer.json()["error"]
+    body = {"inputs": [{**MLP_BODY["inputs"][0], "parameters": {"shared_memory_region": "r"}}]}
+    del body["inputs"][0]["data"]
+    body["inputs"][0]["parameters"]["shared_memory_byte_size"] = 64
+    assert httpx.post(f"{server.url}/v2/models/mlp/infer", json=body).status_code == 403
     with grpc.insecure_channel(server.grpc_address) as channel:
         call = channel.unary_unary(
             "/inference.GRPCInferenceService/SystemSharedMemoryRegister",
@@ -252,7 +259,7 @@ def test_s12_shared_memory_is_off(server: ServerProcess) -> None:
         )
         with pytest.raises(grpc.RpcError) as caught:
             call(b"", timeout=10)
-        assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
 def test_s13_no_route_runs_caller_supplied_code(server: ServerProcess) -> None:

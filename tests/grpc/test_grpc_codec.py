@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tensorgate.backends.base import Device
-from tensorgate.errors import InvalidInput, NotImplementedFeature, TooLarge
+from tensorgate.errors import InvalidInput, NotImplementedFeature, PermissionDenied, TooLarge
 from tensorgate.models.triton_config import triton_config
 from tensorgate.protocols.grpc import codec
 from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
@@ -126,7 +126,7 @@ def test_request_level_checks() -> None:
         codec.decode_infer(big, LIMITS)
     shm = _message("FP32", [1])
     shm.inputs[0].parameters["shared_memory_region"].string_param = "r"
-    with pytest.raises(NotImplementedFeature):
+    with pytest.raises(PermissionDenied, match="shared memory is off"):  # the server has none
         codec.decode_infer(shm, LIMITS)
     classify = _message("FP32", [1], outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="y")])
     classify.outputs[0].parameters["classification"].int64_param = 3

@@ -94,8 +94,8 @@ CASES = {
                 )
             ]
         ),
-        grpc.StatusCode.UNIMPLEMENTED,
-        "shared-memory",
+        grpc.StatusCode.PERMISSION_DENIED,  # off unless server.shared_memory: system
+        "shared memory is off",
     ),
 }
 
@@ -150,8 +150,13 @@ def test_repository_api_is_off_by_default(stub: Stub) -> None:
 
 
 def test_unserved_triton_rpcs_are_unimplemented(stub: Stub) -> None:
-    code, _ = _code(stub.SystemSharedMemoryStatus, service_pb2.SystemSharedMemoryStatusRequest(), timeout=30)
+    code, _ = _code(stub.TraceSetting, service_pb2.TraceSettingRequest(), timeout=30)
     assert code == grpc.StatusCode.UNIMPLEMENTED
+    code, details = _code(stub.CudaSharedMemoryStatus, service_pb2.CudaSharedMemoryStatusRequest(), timeout=30)
+    assert code == grpc.StatusCode.UNIMPLEMENTED and "GPU" in details
+    # Served, and off unless the server is started with shared memory on.
+    code, details = _code(stub.SystemSharedMemoryStatus, service_pb2.SystemSharedMemoryStatusRequest(), timeout=30)
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "server.shared_memory" in details
 
 
 def test_tensor_over_4_mib_goes_through(py_stub: Stub) -> None:

@@ -22,9 +22,13 @@ from tensorgate.protocols.grpc.generated import model_config_pb2 as mc
 # The one definition of the V2 ``priority`` / ``timeout`` parameters, shared with HTTP so both
 # protocols accept and reject the same values.
 from tensorgate.protocols.parameters import MAX_INPUTS, priority_and_timeout
+from tensorgate.protocols.shared_memory import SharedMemoryUse, uses_shared_memory
 from tensorgate.protocols.tensor_codec import check_total_bytes, from_raw, parse_datatype, parse_shape, to_raw
 from tensorgate.repository.names import check_model_name, parse_version
 from tensorgate.types import Array, DataType, InferRequest, InferResponse, ModelMetadata
+
+# Where the server has no shared memory for this request: naming a region is refused as "off".
+_NO_SHARED_MEMORY = SharedMemoryUse(None, "")
 
 # The typed ``contents`` field for each datatype (FP16 has none: it travels only as raw bytes).
 _CONTENTS_FIELD: dict[DataType, str] = {
@@ -65,11 +69,17 @@ def parameters(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def decode_infer(message: Any, limits: GrpcLimits, raw: Sequence[bytes | memoryview] | None = None) -> InferRequest:
+def decode_infer(
+    message: Any,
+    limits: GrpcLimits,
+    raw: Sequence[bytes | memoryview] | None = None,
+    shared: SharedMemoryUse | None = None,
+) -> InferRequest:
     """A ``ModelInferRequest`` as a validated :class:`InferRequest` (ids and deadline are set by the caller).
 
     ``raw`` is its ``raw_input_contents`` when the caller already holds them (``raw_inputs``);
-    otherwise they are read from the message.
+    otherwise they are read from the message. Inputs in shared memory are read through ``shared``,
+    which also takes note of the outputs to write there.
     """
     name = check_model_name(message.model_name)
     version = optional_version(message.model_version)
@@ -80,13 +90,17 @@ def decode_infer(message: Any, limits: GrpcLimits, raw: Sequence[bytes | memoryv
         raise InvalidInput(f"request has {count} inputs; at most {MAX_INPUTS} are allowed")
     if raw is None:  # with upb, each read of a repeated bytes field's element is a fresh copy
         raw = list(message.raw_input_contents)
-    if raw and len(raw) != count:
-        raise InvalidInput(
-            f"raw_input_contents holds {len(raw)} entries but the request has {count} inputs; "
-            "send one entry per input, in order"
-        )
+    use = shared if shared is not None else _NO_SHARED_MEMORY
+    if raw:
+        carried = count - sum(1 for t in message.inputs if uses_shared_memory(t.parameters))
+        if len(raw) != carried:
+            raise InvalidInput(
+                f"raw_input_contents holds {len(raw)} entries but the request has {carried} inputs outside "
+                "shared memory; send one entry per such input, in order"
+            )
     check_total_bytes([len(r) for r in raw], limits.max_tensor_bytes)
     inputs: dict[str, Array] = {}
+    next_raw = 0  # raw_input_contents holds the inputs that are not in shared memory, in order
     for index, tensor in enumerate(message.inputs):
         input_name = tensor.name
         if not input_name:
@@ -95,12 +109,15 @@ def decode_infer(message: Any, limits: GrpcLimits, raw: Sequence[bytes | memoryv
             raise InvalidInput(f"input '{input_name}' appears more than once")
         datatype = parse_datatype(tensor.datatype, input_name)
         shape, elements = parse_shape(list(tensor.shape), input_name, limits.max_elements)
-        if "shared_memory_region" in tensor.parameters:
-            raise NotImplementedFeature("shared-memory inputs are not supported by this server")
-        if raw:
+        if uses_shared_memory(tensor.parameters):
+            if tensor.HasField("contents"):
+                raise InvalidInput(f"input '{input_name}' has both contents and shared_memory_region")
+            inputs[input_name] = use.read(parameters(tensor.parameters), datatype, shape, elements, input_name)
+        elif raw:
             if tensor.HasField("contents"):
                 raise InvalidInput(f"input '{input_name}' has both contents and raw_input_contents")
-            inputs[input_name] = from_raw(raw[index], datatype, shape, elements, input_name)
+            inputs[input_name] = from_raw(raw[next_raw], datatype, shape, elements, input_name)
+            next_raw += 1
         else:
             inputs[input_name] = _from_contents(tensor, datatype, shape, elements)
     params = parameters(message.parameters)
@@ -109,7 +126,7 @@ def decode_infer(message: Any, limits: GrpcLimits, raw: Sequence[bytes | memoryv
         model=name,
         version=version,
         inputs=inputs,
-        outputs=_requested_outputs(message),
+        outputs=_requested_outputs(message, use),
         parameters=params,
         priority=priority,
         timeout_s=timeout,
@@ -136,7 +153,7 @@ def _from_contents(tensor: Any, datatype: DataType, shape: tuple[int, ...], elem
         raise InvalidInput(f"input '{tensor.name}': {field} values do not fit {datatype.value}") from exc
 
 
-def _requested_outputs(message: Any) -> tuple[str, ...]:
+def _requested_outputs(message: Any, shared: SharedMemoryUse) -> tuple[str, ...]:
     names: list[str] = []
     for index, output in enumerate(message.outputs):
         if not output.name:
@@ -145,19 +162,34 @@ def _requested_outputs(message: Any) -> tuple[str, ...]:
             raise InvalidInput(f"output '{output.name}' is requested more than once (duplicate output names)")
         if "classification" in output.parameters:
             raise NotImplementedFeature("the classification extension is not supported")
-        if "shared_memory_region" in output.parameters:
-            raise NotImplementedFeature("shared-memory outputs are not supported by this server")
+        if uses_shared_memory(output.parameters):
+            shared.target(output.name, parameters(output.parameters))
         names.append(output.name)
     return tuple(names)
 
 
-def encode_infer(response: InferResponse) -> Any:
-    """A ``ModelInferResponse`` with every output in ``raw_output_contents`` (what tritonclient reads)."""
+def encode_infer(response: InferResponse, shared: SharedMemoryUse | None = None) -> Any:
+    """A ``ModelInferResponse`` with every output in ``raw_output_contents`` (what tritonclient reads),
+    or written to shared memory (``shared``) and answered with its region's parameters. Where some
+    outputs are in shared memory and others not, theirs is an empty entry, so that tritonclient,
+    which finds an output's contents by its position, reads the others right."""
     message = pb.ModelInferResponse(model_name=response.model, model_version=str(response.version), id=response.id)
+    targets = shared.targets if shared is not None else {}
+    placeholders = bool(targets) and any(name not in targets for name in response.outputs)
     for output_name, array in response.outputs.items():
         datatype = DataType.from_numpy(array.dtype)
-        message.outputs.add(name=output_name, datatype=datatype.value, shape=array.shape)
-        message.raw_output_contents.append(to_raw(array, datatype))
+        tensor = message.outputs.add(name=output_name, datatype=datatype.value, shape=array.shape)
+        if output_name in targets:
+            assert shared is not None
+            for key, value in shared.write(output_name, array, datatype).items():
+                if isinstance(value, str):
+                    tensor.parameters[key].string_param = value
+                else:
+                    tensor.parameters[key].int64_param = value
+            if placeholders:
+                message.raw_output_contents.append(b"")
+        else:
+            message.raw_output_contents.append(to_raw(array, datatype))
     return message
 
 

@@ -23,6 +23,7 @@ from tensorgate.errors import (
     InternalError,
     InvalidInput,
     NotFound,
+    NotImplementedFeature,
     TensorgateError,
 )
 from tensorgate.models.service import InferenceService
@@ -35,6 +36,13 @@ from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 from tensorgate.protocols.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tensorgate.protocols.grpc.raw_inputs import ReceivedInfer, receive_infer_request
 from tensorgate.protocols.request_ids import RequestIds
+from tensorgate.protocols.shared_memory import (
+    CUDA_MESSAGE,
+    SharedMemoryRegions,
+    SharedMemoryUse,
+    grpc_peer_host,
+    is_local_peer,
+)
 from tensorgate.repository.names import check_model_name
 from tensorgate.security.gate import Gate
 from tensorgate.security.identity import Identity
@@ -54,6 +62,7 @@ class GrpcSettings:
     limits: codec.GrpcLimits
     access: AccessLog | None = None  # the server's access log, shared with HTTP
     gate: Gate | None = None  # the transport authenticated the call; a model-limited caller is checked here
+    shared_memory: SharedMemoryRegions | None = None  # shared with HTTP: a region registered on one serves both
 
 
 def _metadata(context: Any) -> dict[str, str]:
@@ -63,6 +72,16 @@ def _metadata(context: Any) -> dict[str, str]:
 def _identity(context: Any) -> Identity | None:
     identity = getattr(context, "identity", None)
     return identity if isinstance(identity, Identity) else None
+
+
+def _owner(context: Any) -> str:
+    """Whose shared-memory regions a call sees: its identity's, or everyone's where auth is off."""
+    identity = _identity(context)
+    return "" if identity is None else identity.name
+
+
+def _local(context: Any) -> bool:
+    return is_local_peer(grpc_peer_host(context.peer()))
 
 
 def _past_deadline(context: Any) -> bool:
@@ -95,6 +114,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         self._tracer = tracer
         self._clock = clock
         self._ids = RequestIds()
+        self._regions = settings.shared_memory or SharedMemoryRegions(enabled=False)
 
     def _model(self, context: Any, name: str) -> str:
         """A valid model name that the caller may use (403 for a caller limited to other models)."""
@@ -191,6 +211,54 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
         return await self._guard(context, call)
 
+    # -- shared memory (Triton's extension) ------------------------------------------------------
+
+    def _regions_for(self, context: Any) -> SharedMemoryRegions:
+        self._regions.check_caller(_local(context))
+        return self._regions
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            answer = pb.SystemSharedMemoryStatusResponse()
+            for region in self._regions_for(context).status(_owner(context), request.name or None):
+                status = answer.regions[region["name"]]
+                status.name, status.key = region["name"], region["key"]
+                status.offset, status.byte_size = region["offset"], region["byte_size"]
+            return answer
+
+        return await self._guard(context, call)
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            self._regions_for(context).register(
+                _owner(context), request.name, request.key, request.offset, request.byte_size
+            )
+            return pb.SystemSharedMemoryRegisterResponse()
+
+        return await self._guard(context, call)
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        async def call() -> Any:
+            self._regions_for(context).unregister(_owner(context), request.name or None)
+            return pb.SystemSharedMemoryUnregisterResponse()
+
+        return await self._guard(context, call)
+
+    async def _no_cuda(self, context: Any) -> Any:
+        async def call() -> Any:
+            raise NotImplementedFeature(CUDA_MESSAGE)
+
+        return await self._guard(context, call)
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        return await self._no_cuda(context)
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        return await self._no_cuda(context)
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return await self._no_cuda(context)
+
     # -- inference -------------------------------------------------------------------------------
 
     async def _infer(
@@ -232,21 +300,28 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             raise InvalidInput(received.error)
         if self._settings.gate is not None and message.model_name:  # before any tensor is decoded
             self._settings.gate.check_model(_identity(context), check_model_name(message.model_name))
+        shared = SharedMemoryUse(self._regions, _owner(context), _local(context)) if self._regions.enabled else None
         try:
-            request = _timeout(codec.decode_infer(message, self._settings.limits, received.raw), context)
-        except TensorgateError as exc:
-            # Counted against the version it names; a malformed version names none (as on HTTP).
-            if message.model_name and _well_formed(message.model_version):
-                self._service.count_failure(message.model_name, codec.optional_version(message.model_version), exc)
-            raise
-        request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent)
-        sticky = self._service.sticky_header(request.model)
-        key = None if sticky is None else _metadata(context).get(sticky)
-        response = await self._service.infer(request, key)
-        served.version, served.queue_s, served.compute_s = str(response.version), response.queue_s, response.compute_s
-        span.record(response)
-        with span.child("encode"):
-            return codec.encode_infer(response)
+            try:
+                request = codec.decode_infer(message, self._settings.limits, received.raw, shared)
+                request = _timeout(request, context)
+            except TensorgateError as exc:
+                # Counted against the version it names; a malformed version names none (as on HTTP).
+                if message.model_name and _well_formed(message.model_version):
+                    self._service.count_failure(message.model_name, codec.optional_version(message.model_version), exc)
+                raise
+            request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent)
+            sticky = self._service.sticky_header(request.model)
+            key = None if sticky is None else _metadata(context).get(sticky)
+            response = await self._service.infer(request, key)
+            served.version, served.queue_s = str(response.version), response.queue_s
+            served.compute_s = response.compute_s
+            span.record(response)
+            with span.child("encode"):
+                return codec.encode_infer(response, shared)
+        finally:
+            if shared is not None:
+                shared.release()
 
     async def ModelInfer(self, request: ReceivedInfer, context: Any) -> Any:
         headers = _metadata(context)

@@ -21,6 +21,7 @@ from tensorgate.errors import (
     InvalidInput,
     MethodNotAllowed,
     NotFound,
+    NotImplementedFeature,
     TensorgateError,
     Unauthenticated,
     Unavailable,
@@ -46,6 +47,7 @@ from tensorgate.protocols.http.v2_codec import (
     parse_header_length,
 )
 from tensorgate.protocols.request_ids import RequestIds
+from tensorgate.protocols.shared_memory import CUDA_MESSAGE, SharedMemoryRegions, SharedMemoryUse, is_local_peer
 from tensorgate.repository.names import check_model_name, parse_version
 from tensorgate.security.gate import Gate
 from tensorgate.security.hosts import HostAllowlist
@@ -104,6 +106,7 @@ class Call:
     connection: ConnectionWatch | None = None  # from our listener, which hands one to every request
     identity: Identity | None = None  # the caller, where authentication is on
     gate: Gate | None = None
+    peer_host: str | None = None  # the client's address (None on a Unix socket)
 
     def __init__(self, method: str, path: str, headers: dict[bytes, bytes], request_id: str) -> None:
         # Written out: a generated dataclass __init__ stays interpreted under mypyc (see types.py).
@@ -119,6 +122,7 @@ class Call:
         self.connection = None
         self.identity = None
         self.gate = None
+        self.peer_host = None
 
     def header(self, name: bytes) -> str | None:
         value = self.headers.get(name)
@@ -143,9 +147,11 @@ class HttpApp:
         tracer: Tracer = NOOP_TRACER,
         gate: Gate | None = None,
         hosts: HostAllowlist | None = None,
+        shared_memory: SharedMemoryRegions | None = None,
     ) -> None:
         self._gate = gate if gate is not None else Gate(clock)  # without one: only admin keys are asked for
         self._hosts = hosts if hosts is not None else HostAllowlist(None)
+        self._regions = shared_memory if shared_memory is not None else SharedMemoryRegions(enabled=False)
         self._tracer = tracer
         self._tracing_sampled_only = tracer.sampled_only
         self._service = service
@@ -164,6 +170,9 @@ class HttpApp:
             return
         headers = dict(scope["headers"])  # a repeated header keeps its last value, as before
         call = Call(scope["method"], scope["path"], headers, "")
+        client = scope.get("client")
+        if client:
+            call.peer_host = client[0]
         extensions = scope.get("extensions")
         if extensions:
             call.connection = extensions.get(CONNECTION_EXTENSION)
@@ -252,8 +261,33 @@ class HttpApp:
                 self._gate.check("admin", call.header(b"authorization"), call.header(b"x-api-key"))
             self._service.repository.authorize(changes=parts[1:] != ["index"])
             await self._repository_route(call, parts[1:], receive, send)
+        elif parts[0] in ("systemsharedmemory", "cudasharedmemory"):
+            await self._shared_memory_route(call, parts, receive, send)
         else:
             raise NotFound(f"no route for {call.path[:200]}")
+
+    async def _shared_memory_route(self, call: Call, parts: list[str], receive: Receive, send: Send) -> None:
+        """Triton's shared-memory extensions: status, register, unregister (one region, or all)."""
+        n = len(parts)
+        region = parts[2] if n == 4 and parts[1] == "region" else None
+        action = parts[3] if region is not None else (parts[1] if n == 2 else "")
+        if action not in ("status", "register", "unregister") or (action == "register" and region is None):
+            raise NotFound(f"no route for {call.path[:200]}")
+        self._only(call, "GET" if action == "status" else "POST")
+        if parts[0] == "cudasharedmemory":
+            raise NotImplementedFeature(CUDA_MESSAGE)
+        regions, owner = self._regions, _owner(call)
+        regions.check_caller(is_local_peer(call.peer_host))
+        if action == "status":
+            await self._json(call, send, 200, regions.status(owner, region))
+            return
+        if action == "register":
+            assert region is not None
+            document = await self._management_body(call, receive)
+            regions.register(owner, region, document.get("key"), document.get("offset", 0), document.get("byte_size"))
+        else:
+            regions.unregister(owner, region)
+        await self._json(call, send, 200, {})
 
     async def _model_route(
         self, call: Call, name: str, version: int | None, rest: list[str], receive: Receive, send: Send
@@ -362,6 +396,9 @@ class HttpApp:
         self._check_known(name, version)
         body = await self._body(call, receive)
         header_length = parse_header_length(call.header(b"inference-header-content-length"), len(body))
+        shared = None
+        if self._regions.enabled:
+            shared = SharedMemoryUse(self._regions, _owner(call), is_local_peer(call.peer_host))
         decode = partial(
             decode_infer,
             body,
@@ -371,16 +408,21 @@ class HttpApp:
             self._settings.limits,
             request_id=call.request_id,
             traceparent=call.header(b"traceparent"),
+            shared=shared,
         )
         try:
-            if len(body) > _OFFLOAD_BYTES:
-                request, prefs = await asyncio.to_thread(decode)
-            else:
-                request, prefs = decode()
-        except TensorgateError as exc:
-            self._service.count_failure(name, version, exc)
-            raise
-        payload, json_length = await self._run(call, request, partial(encode_infer, prefs=prefs))
+            try:
+                if len(body) > _OFFLOAD_BYTES:
+                    request, prefs = await asyncio.to_thread(decode)
+                else:
+                    request, prefs = decode()
+            except TensorgateError as exc:
+                self._service.count_failure(name, version, exc)
+                raise
+            payload, json_length = await self._run(call, request, partial(encode_infer, prefs=prefs, shared=shared))
+        finally:
+            if shared is not None:
+                shared.release()
         extra = [] if json_length is None else [(b"inference-header-content-length", str(json_length).encode())]
         await self._send(call, send, 200, payload, [_BINARY if json_length is not None else _JSON, *extra])
 
@@ -527,6 +569,11 @@ def _load_config(parameters: dict[str, Any]) -> str | None:
     if config is not None and not isinstance(config, str):
         raise InvalidInput("the 'config' parameter must be a string holding a JSON model configuration")
     return config
+
+
+def _owner(call: Call) -> str:
+    """Whose shared-memory regions a call sees: its identity's, or everyone's where auth is off."""
+    return "" if call.identity is None else call.identity.name
 
 
 def _decode_v1(

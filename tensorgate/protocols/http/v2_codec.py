@@ -22,6 +22,7 @@ import orjson
 from tensorgate.errors import InvalidInput, NotImplementedFeature, TensorgateError
 from tensorgate.protocols.http.json_tensors import MIN_FAST_BYTES, loads_with_arrays
 from tensorgate.protocols.parameters import MAX_INPUTS, priority_and_timeout
+from tensorgate.protocols.shared_memory import SharedMemoryUse
 from tensorgate.protocols.tensor_codec import (
     from_json_data,
     from_raw,
@@ -33,6 +34,8 @@ from tensorgate.protocols.tensor_codec import (
 from tensorgate.types import Array, DataType, InferRequest, InferResponse
 
 _MAX_HEADER_DIGITS = 12
+# Where the server has no shared memory for this request: naming a region is refused as "off".
+_NO_SHARED_MEMORY = SharedMemoryUse(None, "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,7 @@ def decode_infer(
     *,
     request_id: str = "",
     traceparent: str | None = None,
+    shared: SharedMemoryUse | None = None,
 ) -> tuple[InferRequest, OutputPrefs]:
     view = memoryview(body)
     json_part = view if header_length is None else view[:header_length]
@@ -174,7 +178,9 @@ def decode_infer(
             inputs[name] = from_raw(binary[offset : offset + size], datatype, shape, count, name)
             offset += size
         elif "shared_memory_region" in params:
-            raise NotImplementedFeature("shared-memory inputs are not supported by this server")
+            if "data" in node:
+                raise InvalidInput(f"input '{name}' has both 'data' and shared_memory_region")
+            inputs[name] = (shared or _NO_SHARED_MEMORY).read(params, datatype, shape, count, name)
         else:
             if "data" not in node:
                 raise InvalidInput(f"input '{name}' has neither 'data' nor binary_data_size")
@@ -185,7 +191,7 @@ def decode_infer(
         )
 
     params = _parameters(document, "request")
-    prefs, outputs = _outputs(document, params)
+    prefs, outputs = _outputs(document, params, shared or _NO_SHARED_MEMORY)
     priority, timeout = priority_and_timeout(params)
     client_id = document.get("id", "")
     if not isinstance(client_id, str):
@@ -246,7 +252,9 @@ def _decode_plain(
     return request, _JSON_OUTPUTS
 
 
-def _outputs(document: dict[str, Any], params: dict[str, Any]) -> tuple[OutputPrefs, tuple[str, ...]]:
+def _outputs(
+    document: dict[str, Any], params: dict[str, Any], shared: SharedMemoryUse
+) -> tuple[OutputPrefs, tuple[str, ...]]:
     binary_default = params.get("binary_data_output", False)
     if not isinstance(binary_default, bool):
         raise InvalidInput("parameter 'binary_data_output' must be a boolean")
@@ -267,7 +275,7 @@ def _outputs(document: dict[str, Any], params: dict[str, Any]) -> tuple[OutputPr
         if "classification" in oparams:
             raise NotImplementedFeature("the classification extension is not supported")
         if "shared_memory_region" in oparams:
-            raise NotImplementedFeature("shared-memory outputs are not supported by this server")
+            shared.target(name, oparams)
         flag = oparams.get("binary_data", binary_default)
         if not isinstance(flag, bool):
             raise InvalidInput(f"output '{name}': binary_data must be a boolean")
@@ -276,14 +284,21 @@ def _outputs(document: dict[str, Any], params: dict[str, Any]) -> tuple[OutputPr
     return OutputPrefs(binary_default, binary), tuple(names)
 
 
-def encode_infer(response: InferResponse, prefs: OutputPrefs) -> tuple[bytes, int | None]:
-    """The answer body, and the JSON header length when binary outputs follow it."""
+def encode_infer(
+    response: InferResponse, prefs: OutputPrefs, shared: SharedMemoryUse | None = None
+) -> tuple[bytes, int | None]:
+    """The answer body, and the JSON header length when binary outputs follow it. Outputs bound for
+    shared memory are written there (``shared``) and answered with their region, without data."""
     outputs: list[dict[str, Any]] = []
     blobs: list[bytes] = []
+    targets = shared.targets if shared is not None else None
     for name, array in response.outputs.items():
         datatype = DataType.from_numpy(array.dtype)
         entry: dict[str, Any] = {"name": name, "datatype": datatype.value, "shape": list(array.shape)}
-        if prefs.wants_binary(name):
+        if targets and name in targets:
+            assert shared is not None
+            entry["parameters"] = shared.write(name, array, datatype)
+        elif prefs.wants_binary(name):
             blob = to_raw(array, datatype)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorgate.errors import InvalidInput, NotImplementedFeature
+from tensorgate.errors import InvalidInput, NotImplementedFeature, PermissionDenied
 from tensorgate.protocols.http.v2_codec import (
     DecodeLimits,
     OutputPrefs,
@@ -161,9 +161,9 @@ def test_too_many_inputs() -> None:
         _decode({"inputs": inputs})
 
 
-def test_shared_memory_and_classification_are_501() -> None:
+def test_shared_memory_without_regions_is_403_and_classification_501() -> None:
     shm = {"name": "a", "datatype": "FP32", "shape": [1], "parameters": {"shared_memory_region": "r"}}
-    with pytest.raises(NotImplementedFeature):
+    with pytest.raises(PermissionDenied, match="shared memory is off"):
         _decode({"inputs": [shm]})
     plain = {"name": "a", "datatype": "FP32", "shape": [1], "data": [1]}
     with pytest.raises(NotImplementedFeature):
