@@ -1,6 +1,6 @@
-"""The README's curl examples, run as written against the bundled example models.
+"""The curl examples of the README and of ``docs/*.md``, run as written against the bundled example models.
 
-Only the address changes (the test server listens on a free port). ``curl -f`` turns any HTTP error
+Only the addresses change (the test server listens on free ports). ``curl -f`` turns any HTTP error
 into a failed command, so an example that stops working fails here. Every ```` ```sh ```` block must
 run against the bundled examples; examples that need other models are fenced as ```` ```bash ````.
 """
@@ -17,13 +17,17 @@ import pytest
 
 from tensorgate.testing import ServerProcess
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def _commands() -> list[str]:
-    if not README.exists():
-        return []
-    blocks = re.findall(r"^```sh\n(.*?)^```", README.read_text(encoding="utf-8"), flags=re.S | re.M)
+    blocks = [
+        block
+        for page in PAGES
+        if page.exists()
+        for block in re.findall(r"^```sh\n(.*?)^```", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    ]
     commands: list[str] = []
     for block in blocks:
         joined = re.sub(r"\\\n\s*", " ", block)
@@ -43,11 +47,12 @@ COMMANDS = _commands()
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-@pytest.mark.skipif(not COMMANDS, reason="no README examples found")
+@pytest.mark.skipif(not COMMANDS, reason="no README or docs examples found")
 def test_readme_examples(example_server: ServerProcess, tmp_path: Path) -> None:
     assert len(COMMANDS) >= 10
     for command in COMMANDS:
         command = command.replace("localhost:8080", example_server.http_address)
+        command = command.replace("localhost:8082", f"127.0.0.1:{example_server.ports['metrics']}")
         if command.startswith("curl "):
             command = "curl -sSf " + command[len("curl ") :]
         else:
