@@ -176,6 +176,8 @@ class Server:
         hosts = HostAllowlist.for_bind(section.host, section.allowed_hosts)
         # One registry for both protocols: a region registered over HTTP serves gRPC calls too.
         self.shared_memory = SharedMemoryRegions(enabled=section.shared_memory == "system")
+        if self.shared_memory.enabled:
+            self.service.extensions = (*self.service.extensions, "system_shared_memory")
         settings = HttpSettings(
             max_body_bytes=section.max_body_bytes,
             limits=DecodeLimits(max_elements=section.max_elements, max_json_depth=section.max_json_depth),

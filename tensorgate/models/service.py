@@ -30,6 +30,7 @@ class InferenceService:
         self.repository = repository if repository is not None else RepositoryControl(manager, "none", None)
         self.draining = False
         self.started = False
+        self.extensions: tuple[str, ...] = EXTENSIONS  # the server adds those its settings turn on
         self._clock = manager.clock
 
     # -- health ----------------------------------------------------------------------------------
@@ -53,7 +54,7 @@ class InferenceService:
     # -- metadata --------------------------------------------------------------------------------
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(EXTENSIONS)}
+        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(self.extensions)}
 
     def metadata(self, name: str, version: int | None) -> ModelMetadata:
         found = self.router.loaded(name, version)

@@ -321,6 +321,11 @@ def _wait_for(condition: Any, timeout_s: float = 30.0) -> None:
         time.sleep(0.005)
 
 
+def test_the_extension_is_listed_when_on(server: ServerProcess, example_server: ServerProcess) -> None:
+    assert "system_shared_memory" in httpx.get(f"{server.url}/v2").json()["extensions"]
+    assert "system_shared_memory" not in httpx.get(f"{example_server.url}/v2").json()["extensions"]
+
+
 def test_cuda_shared_memory_answers_unimplemented(server: ServerProcess) -> None:
     answer = httpx.post(f"{server.url}/v2/cudasharedmemory/region/g/register", json={"raw_handle": {"b64": ""}})
     assert answer.status_code == 501 and "GPU" in answer.json()["error"]

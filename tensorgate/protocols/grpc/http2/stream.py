@@ -128,7 +128,11 @@ class Stream:
             self._unacked = 0
 
     def reset(self, code: ErrorCode = ErrorCode.CANCEL) -> None:
-        """End the stream now (RST_STREAM), whatever is unsent."""
+        """End the stream now (RST_STREAM), whatever is unsent; its owner stops, as when the client
+        resets it. (Told nothing, a call waiting for more of the request waited forever: the stream
+        is no longer the connection's, so not even the connection's end reached it.)"""
         self._pending.clear()
         self.wake()
         self._conn.close_stream(self, code)
+        if self.owner is not None:
+            self.owner.reset()
