@@ -26,6 +26,7 @@ from tensorgate.errors import ConfigError
 from tensorgate.memory import tune_malloc
 from tensorgate.models.manager import ModelManager
 from tensorgate.models.repository_control import RepositoryControl
+from tensorgate.models.response_cache import ResponseCache
 from tensorgate.models.service import SERVER_VERSION, InferenceService
 from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.metrics import Metrics
@@ -110,6 +111,9 @@ class Server:
         self.shared_memory = SharedMemoryRegions(enabled=False)  # replaced at start from the settings
         self._certificate_task: asyncio.Task[None] | None = None
         self.service = InferenceService(self.manager)
+        self.manager.response_cache = ResponseCache(
+            config.server.response_cache_bytes, self.metrics.response_cache_bytes.labels().set
+        )
         self.access_log = AccessLog(
             fmt=config.server.log_format, enabled=config.server.access_log, replica=config.server.replica_id
         )

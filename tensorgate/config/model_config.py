@@ -139,6 +139,13 @@ class HealthCheck(Strict):
     batch_timeout_s: float = Field(default=120.0, gt=0)
 
 
+class ResponseCacheConfig(Strict):
+    """Triton's response cache for this model: only for a model whose answer depends on nothing but
+    its inputs and parameters (no state, no randomness)."""
+
+    enable: bool = False
+
+
 class CanaryConfig(Strict):
     """A rollout that moves traffic to ``version`` step by step, judged against the version it replaces."""
 
@@ -214,6 +221,16 @@ class ModelConfig(Strict):
     llm: LLMSettings | None = None
     traffic: TrafficConfig | None = None
     health_check: HealthCheck = Field(default_factory=HealthCheck)
+    response_cache: ResponseCacheConfig = Field(default_factory=ResponseCacheConfig)
+
+    @model_validator(mode="after")
+    def _no_cache_for_sampling(self) -> ModelConfig:
+        if self.response_cache.enable and self.backend == "llm":
+            raise ValueError(
+                "response_cache cannot be enabled for the llm backend: generation samples, so equal "
+                "requests may rightly get different answers"
+            )
+        return self
 
     @model_validator(mode="after")
     def _batch_limits(self) -> ModelConfig:

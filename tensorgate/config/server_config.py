@@ -106,6 +106,9 @@ class ServerSection(Strict):
     # Triton's system shared-memory extension (tensors in /dev/shm regions that local clients
     # register): off unless asked for, as a region reaches files of this host (checklist S-12).
     shared_memory: Literal["none", "system"] = "none"
+    # Triton's response cache, shared by the models that enable it (response_cache: {enable: true}):
+    # the outputs it may hold in all, least recently used first out.
+    response_cache_bytes: int = Field(default=64 << 20, ge=0)
 
     @model_validator(mode="after")
     def _management(self) -> ServerSection:

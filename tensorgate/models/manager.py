@@ -27,6 +27,7 @@ from tensorgate.clock import Clock
 from tensorgate.config.model_config import ModelConfig, VersionPolicy
 from tensorgate.errors import ModelLoadError
 from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
+from tensorgate.models.response_cache import ResponseCache, VersionCache
 from tensorgate.models.rollout import Rollout, RolloutState
 from tensorgate.models.shadow import Shadow
 from tensorgate.models.traffic import TrafficState
@@ -86,6 +87,8 @@ class ModelManager:
         self.starting = True
         self._background: set[asyncio.Task[None]] = set()  # drains, and re-applies after a rollout's end
         self._closed = False
+        # The server's response cache (server.response_cache_bytes); None: no model may use one.
+        self.response_cache: ResponseCache | None = None
 
     async def load_all(self, sources: list[ModelSource]) -> None:
         """Startup: every model found counts for readiness; models load side by side."""
@@ -193,6 +196,8 @@ class ModelManager:
             await version.aclose(0.0)
             return "the server is shutting down"
         entry.failed.pop(number, None)
+        if source.config.response_cache.enable:
+            self._attach_cache(version)
         version.state = status.state = VersionState.READY
         entry.versions[number] = version
         entry.statuses[number] = status
@@ -215,6 +220,18 @@ class ModelManager:
             status.state = VersionState.DRAINING
         log.info("model %s version %d is draining", version.name, number)
         return self._drain(entry, version, status)
+
+    def _attach_cache(self, version: ModelVersion) -> None:
+        if self.response_cache is None or self.response_cache.capacity_bytes == 0:
+            log.warning(
+                "model %s enables response_cache, but server.response_cache_bytes is 0: no answer is cached",
+                version.name,
+            )
+            return
+        lookups = self._metrics.response_cache
+        hit = lookups.labels(version.name, str(version.version), "hit")
+        miss = lookups.labels(version.name, str(version.version), "miss")
+        version.cache = VersionCache(self.response_cache, self.clock, lambda found: (hit if found else miss).inc())
 
     def _drain(self, entry: ModelEntry, version: ModelVersion, status: VersionStatus | None) -> asyncio.Task[None]:
         version.state = VersionState.DRAINING  # not ready: a request that still holds it is refused

@@ -12,6 +12,7 @@ from tensorgate.errors import InvalidInput, TensorgateError, Unavailable
 from tensorgate.instances.base import Instance
 from tensorgate.instances.health import HealthMonitor
 from tensorgate.instances.pool import InstancePool
+from tensorgate.models.response_cache import VersionCache
 from tensorgate.models.specs import ResolvedSpecs
 from tensorgate.models.validation import TensorRules
 from tensorgate.observability.metrics import VersionMetrics
@@ -65,6 +66,7 @@ class ModelVersion:
         self._clock = clock
         self.scheduler = Scheduler(name, version, pool, specs.batch, queue, clock, metrics, tracer)
         self.health: HealthMonitor | None = None  # the instances' health checks, started when it serves
+        self.cache: VersionCache | None = None  # the response cache, where the model enables it
 
     @property
     def ready(self) -> bool:
@@ -93,7 +95,10 @@ class ModelVersion:
         except InvalidInput:
             self.metrics.outcome("invalid")
             raise
-        return await self.scheduler.submit(request, rows, key)
+        cache = self.cache
+        if cache is None:
+            return await self.scheduler.submit(request, rows, key)
+        return await cache.infer(request, lambda: self.scheduler.submit(request, rows, key), self.name, self.version)
 
     def count_failure(self, error: TensorgateError) -> None:
         """Count a request that failed before reaching the scheduler (bad body for a known model)."""
@@ -103,6 +108,8 @@ class ModelVersion:
         """Finish what is queued and running within ``drain_timeout_s`` in all, then close the
         instances side by side (a stuck worker's kill grace is paid once, not once per worker)."""
         self.state = VersionState.DRAINING
+        if self.cache is not None:  # its answers leave with it
+            self.cache.close()
         if self.health is not None:  # no probe or restart while the instances stop
             await self.health.aclose()
         deadline = self._clock.now() + drain_timeout_s

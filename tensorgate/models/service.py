@@ -12,6 +12,7 @@ from tensorgate.errors import NotFound, TensorgateError
 from tensorgate.models.manager import ModelManager
 from tensorgate.models.model_version import ModelVersion, VersionState
 from tensorgate.models.repository_control import RepositoryControl
+from tensorgate.models.response_cache import statistics_of
 from tensorgate.models.router import ModelRouter
 from tensorgate.models.traffic import TrafficState
 from tensorgate.models.triton_config import triton_config
@@ -110,8 +111,7 @@ class InferenceService:
                         "compute_input": {"count": s.compute_count, "ns": 0},
                         "compute_infer": {"count": s.compute_count, "ns": s.compute_ns},
                         "compute_output": {"count": s.compute_count, "ns": 0},
-                        "cache_hit": {"count": 0, "ns": 0},
-                        "cache_miss": {"count": 0, "ns": 0},
+                        **statistics_of(None if mv.cache is None else mv.cache.counts),
                     },
                     "batch_stats": [
                         {

@@ -116,6 +116,12 @@ class Metrics:
             )
         )
         self.executions = r(Counter("tensorgate_executions", "Model executions (batches run).", mv))
+        self.response_cache = r(
+            Counter("tensorgate_response_cache_lookups", "Response cache lookups by result.", [*mv, "result"])
+        )
+        self.response_cache_bytes = r(
+            Gauge("tensorgate_response_cache_bytes", "Bytes of outputs the response cache holds.", [])
+        )
         self.retries = r(
             Counter(
                 "tensorgate_request_retries",
