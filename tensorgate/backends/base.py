@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from tensorgate.config.model_config import ModelConfig
-from tensorgate.types import Array, TensorSpec
+from tensorgate.config.model_config import ModelConfig, TensorConfig
+from tensorgate.errors import ModelLoadError
+from tensorgate.types import Array, DataType, TensorSpec
 
 DeviceKind = Literal["cpu", "gpu", "npu"]
 
@@ -63,3 +64,13 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends have nothing to free
         """Free the model. Called once, after the last ``execute``."""
+
+
+def declared_specs(tensors: list[TensorConfig] | None, what: str, spec: LoadSpec, kind: str) -> tuple[TensorSpec, ...]:
+    """The inputs or outputs ``config.yaml`` declares, for a model whose file does not say them."""
+    if not tensors:
+        raise ModelLoadError(f"{kind} declares its {what} in config.yaml; {spec.model} has none")
+    try:
+        return tuple(TensorSpec(t.name, DataType.parse(t.datatype), tuple(t.shape)) for t in tensors)
+    except ValueError as exc:
+        raise ModelLoadError(f"config.yaml {what}: {exc}") from exc

@@ -9,20 +9,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tensorgate.backends.base import Backend, LoadSpec
+from tensorgate.backends.base import Backend, LoadSpec, declared_specs
 from tensorgate.backends.python_model import ModelContext, PythonModel
-from tensorgate.config.model_config import TensorConfig
 from tensorgate.errors import ModelLoadError
 from tensorgate.types import Array, DataType, TensorSpec
-
-
-def _specs(tensors: list[TensorConfig] | None, what: str, spec: LoadSpec) -> tuple[TensorSpec, ...]:
-    if not tensors:
-        raise ModelLoadError(f"a Python model declares its {what} in config.yaml; {spec.model} has none")
-    try:
-        return tuple(TensorSpec(t.name, DataType.parse(t.datatype), tuple(t.shape)) for t in tensors)
-    except ValueError as exc:
-        raise ModelLoadError(f"config.yaml {what}: {exc}") from exc
 
 
 class PythonBackend(Backend):
@@ -34,8 +24,8 @@ class PythonBackend(Backend):
         self._outputs: tuple[TensorSpec, ...] = ()
 
     def load(self, spec: LoadSpec) -> None:
-        self._inputs = _specs(spec.config.inputs, "inputs", spec)
-        self._outputs = _specs(spec.config.outputs, "outputs", spec)
+        self._inputs = declared_specs(spec.config.inputs, "inputs", spec, "a Python model")
+        self._outputs = declared_specs(spec.config.outputs, "outputs", spec, "a Python model")
         module_name = f"tensorgate_user_model_{spec.model.replace('.', '_').replace('-', '_')}_{spec.version}"
         loader_spec = importlib.util.spec_from_file_location(module_name, spec.artifact)
         if loader_spec is None or loader_spec.loader is None:

@@ -25,9 +25,13 @@ def create_backend(name: str) -> Backend:
         from tensorgate.backends.python_backend import PythonBackend
 
         return PythonBackend()
+    if name == "torch":
+        from tensorgate.backends.torch_backend import TorchBackend
+
+        return TorchBackend()
     if name == "om":
         raise ModelLoadError(
             ".om models are compiled for Ascend NPUs and need the Ascend CANN runtime (ACL, pyACL), "
             "which is not installed on this host; export the model to ONNX or install CANN"
         )
-    raise ModelLoadError(f"unknown backend {name!r}; expected onnxruntime, python or llm")
+    raise ModelLoadError(f"unknown backend {name!r}; expected onnxruntime, python, torch or llm")

@@ -111,6 +111,11 @@ class OnnxRuntimeOptions(Strict):
     allow_spinning: bool = True
 
 
+class TorchOptions(Strict):
+    # torch.set_num_threads for the instance's process (0: torch's default, one per core).
+    intra_op_threads: int = Field(default=0, ge=0)
+
+
 class LLMSettings(Strict):
     """The ``llm:`` section of a generative model: continuous batching limits and the KV cache budget."""
 
@@ -208,7 +213,7 @@ class ModelConfig(Strict):
     """Everything optional: an ONNX model directory with no config.yaml serves with these defaults."""
 
     name: str | None = None
-    backend: Literal["onnxruntime", "python", "llm"] | None = None
+    backend: Literal["onnxruntime", "python", "torch", "llm"] | None = None
     max_batch_size: int | None = Field(default=None, ge=0)
     inputs: list[TensorConfig] | None = None
     outputs: list[TensorConfig] | None = None
@@ -217,6 +222,7 @@ class ModelConfig(Strict):
     warmup: list[WarmupSample] = Field(default_factory=list)
     version_policy: VersionPolicy = Field(default_factory=VersionPolicy)
     onnxruntime: OnnxRuntimeOptions = Field(default_factory=OnnxRuntimeOptions)
+    torch: TorchOptions = Field(default_factory=TorchOptions)
     parameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
     llm: LLMSettings | None = None
     traffic: TrafficConfig | None = None

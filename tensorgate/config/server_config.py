@@ -151,7 +151,7 @@ class FlatModelEntry(Strict):
     dynamic_batching: FlatDynamicBatching | None = None
     device_id: int | None = Field(default=None, ge=0)
     device: Literal["cpu", "gpu", "npu"] = "cpu"
-    backend: Literal["onnxruntime", "python", "llm"] | None = None
+    backend: Literal["onnxruntime", "python", "torch", "llm"] | None = None
 
 
 class ServerConfig(BaseModel):

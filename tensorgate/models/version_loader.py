@@ -32,7 +32,12 @@ from tensorgate.types import Array
 
 log = logging.getLogger(__name__)
 
-_PLATFORMS = {"onnxruntime": "onnxruntime_onnx", "python": "python", "llm": "pytorch_causal_lm"}
+_PLATFORMS = {
+    "onnxruntime": "onnxruntime_onnx",
+    "python": "python",
+    "torch": "pytorch_libtorch",
+    "llm": "pytorch_causal_lm",
+}
 
 
 def _queue_settings(db: DynamicBatching | None) -> QueueSettings:

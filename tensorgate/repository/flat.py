@@ -10,7 +10,7 @@ from tensorgate.errors import ConfigError
 from tensorgate.repository.names import is_valid_model_name
 from tensorgate.repository.source import ModelSource, VersionSource
 
-_BACKEND_BY_SUFFIX = {".onnx": "onnxruntime", ".py": "python", ".om": "om"}
+_BACKEND_BY_SUFFIX = {".onnx": "onnxruntime", ".py": "python", ".pt": "torch", ".pt2": "torch", ".om": "om"}
 
 
 def from_flat_entries(entries: list[FlatModelEntry], base_dir: Path, source: str) -> list[ModelSource]:

@@ -1,7 +1,8 @@
 """Scanning a model repository on disk into :class:`ModelSource` records.
 
 Layout: ``<repo>/<model>/[config.yaml]`` and ``<repo>/<model>/<version>/model.onnx`` (or ``model.py``
-for the Python backend, or a Hugging Face directory for ``llm``). Every resolved path must stay inside
+for the Python backend, ``model.pt`` / ``model.pt2`` for torch, or a Hugging Face directory for
+``llm``). Every resolved path must stay inside
 the repository root: a symlink that escapes it makes that model fail, never the server.
 """
 
@@ -20,7 +21,8 @@ from tensorgate.repository.version_policy import served_versions
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.yaml"
-_ARTIFACTS = {"onnxruntime": "model.onnx", "python": "model.py"}
+# The files a version directory may hold for each backend, the first found being the model.
+_ARTIFACTS = {"onnxruntime": ("model.onnx",), "python": ("model.py",), "torch": ("model.pt", "model.pt2")}
 
 
 def _inside(root: Path, path: Path) -> bool:
@@ -31,9 +33,14 @@ def _inside(root: Path, path: Path) -> bool:
     return True
 
 
+def _artifact(directory: Path, filenames: tuple[str, ...]) -> Path:
+    """The version's model file: the first of ``filenames`` that exists (else the first, missing)."""
+    return next((directory / f for f in filenames if (directory / f).exists()), directory / filenames[0])
+
+
 def _detect_backend(version_dirs: list[Path]) -> str | None:
-    for backend, filename in _ARTIFACTS.items():
-        if any((d / filename).is_file() for d in version_dirs):
+    for backend, filenames in _ARTIFACTS.items():
+        if any((d / filename).is_file() for d in version_dirs for filename in filenames):
             return backend
     if any((d / "config.json").is_file() for d in version_dirs):
         return "llm"
@@ -78,13 +85,13 @@ def scan_model(root: Path, model_dir: Path, override: ModelConfig | None = None)
         if not problems:
             problems.append(
                 f"{name}: no version directory holds a model (model.onnx, a Python backend model file, "
-                "or a Hugging Face config.json)"
+                "model.pt or model.pt2 for torch, or a Hugging Face config.json)"
             )
         backend = "unknown"
     else:
         served = set(served_versions(config, version_dirs))
         for version, directory in sorted(version_dirs.items()):
-            artifact = directory / _ARTIFACTS[backend] if backend in _ARTIFACTS else directory
+            artifact = _artifact(directory, _ARTIFACTS[backend]) if backend in _ARTIFACTS else directory
             if not _inside(root, artifact):
                 if version in served:
                     problems.append(f"{name}/{version}: {artifact.name} is missing or points outside the repository")
