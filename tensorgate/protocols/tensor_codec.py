@@ -49,6 +49,13 @@ def parse_shape(shape: object, input_name: str, max_elements: int) -> tuple[tupl
             f"input '{input_name}': shape {shape} causes total element count to exceed the maximum "
             f"size of {max_elements} elements"
         )
+    # A zero dimension makes the count 0 whatever the others are, but numpy refuses to shape even an
+    # empty array whose other dimensions multiply past its size limit ([0, 2**62]: ValueError).
+    if count == 0 and math.prod(d for d in shape if d) > max_elements:
+        raise InvalidInput(
+            f"input '{input_name}': shape {shape} has dimensions that exceed the maximum size of "
+            f"{max_elements} elements"
+        )
     return tuple(shape), count
 
 

@@ -6,7 +6,6 @@ V1 carries no datatypes, so values are read as the model's declared input types.
 from __future__ import annotations
 
 import base64
-import binascii
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,8 @@ def _as_array(value: Any, spec: TensorSpec, where: str) -> Array:
     if spec.datatype is DataType.BYTES:
         return _bytes_array(value, where)
     try:
-        return np.array(value, dtype=spec.datatype.numpy)
+        with np.errstate(over="ignore"):  # a float past the datatype's range becomes +/-inf, as in V2
+            return np.array(value, dtype=spec.datatype.numpy)
     except (ValueError, TypeError, OverflowError):
         raise InvalidInput(f"{where} cannot be read as {spec.datatype.value} for input '{spec.name}'") from None
 
@@ -31,7 +31,7 @@ def _bytes_array(value: Any, where: str) -> Array:
         if isinstance(item, dict) and set(item) == {"b64"} and isinstance(item["b64"], str):
             try:
                 return base64.b64decode(item["b64"], validate=True)
-            except binascii.Error:
+            except ValueError:  # binascii.Error, or a str with non-ASCII characters
                 raise InvalidInput(f"{where}: invalid base64 in 'b64'") from None
         if isinstance(item, str):
             return item.encode("utf-8")

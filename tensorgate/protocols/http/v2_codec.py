@@ -65,7 +65,7 @@ def parse_header_length(value: str | None, body_length: int) -> int | None:
     if value is None:
         return None
     text = value.strip()
-    if not text.isdigit() or len(text) > _MAX_HEADER_DIGITS:
+    if not (text.isascii() and text.isdigit()) or len(text) > _MAX_HEADER_DIGITS:  # "²".isdigit() is true
         raise InvalidInput(f"Inference-Header-Content-Length must be a non-negative integer, got {value[:32]!r}")
     length = int(text)
     if length > body_length:

@@ -44,6 +44,7 @@ def test_parse_shape_counts_elements() -> None:
     [
         ([16, 2**60 + 2], "exceed the maximum size"),
         ([2**62, 2**62, 2**62], "exceed the maximum size"),
+        ([0, 2**62], "exceed the maximum size"),  # empty, but numpy cannot shape it
         ([2, -5], "negative dimension"),
         ([-1], "negative dimension"),
         ([1.0, 2], "list of integers"),
