@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml setup.py $(BIN)/python
 # The modules setup.py compiles with mypyc (listed there): an edit to one rebuilds them, so nothing
 # runs or is tested against a compiled copy of an older source. TENSORGATE_PURE_PYTHON=1 builds
 # them uncompiled (to profile them); each way has its own stamp, so switching rebuilds.
-COMPILED := $(shell sed -n 's/^    "\(tensorgate\/.*\.py\)",$$/\1/p' setup.py)
+COMPILED := $(shell TENSORGATE_LIST_COMPILED=1 $(PYTHON) setup.py)
 NATIVE := $(VENV)/.compiled$(if $(TENSORGATE_PURE_PYTHON),-pure,)
 
 $(NATIVE): $(COMPILED) | $(STAMP)

@@ -13,6 +13,10 @@ metrics registry reads its own ``vars``; error classes override class attributes
 
 ``tensorgate/_build.json`` records the sources that were compiled, so tests can refuse to run
 against a compiled module whose source has changed since (see ``tests/conftest.py``).
+
+Without a C compiler the build falls back to pure Python, with a warning: the server works the same,
+a little slower. ``TENSORGATE_LIST_COMPILED=1 python setup.py`` prints the compiled sources, one per
+line (the Makefile rebuilds when one of them changes).
 """
 
 from __future__ import annotations
@@ -20,10 +24,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
+import sysconfig
 from pathlib import Path
-
-from setuptools import setup
 
 HERE = Path(__file__).resolve().parent
 
@@ -76,11 +80,24 @@ def remove_built() -> None:
         stale.unlink()
 
 
+def have_c_compiler() -> bool:
+    compiler = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shutil.which(compiler.split()[0]) is not None
+
+
 def ext_modules() -> list[object]:
     if not _BUILDS.intersection(sys.argv[1:]):
         return []
     remove_built()
-    if os.environ.get("TENSORGATE_PURE_PYTHON"):
+    pure = bool(os.environ.get("TENSORGATE_PURE_PYTHON"))
+    if not pure and not have_c_compiler():
+        print(
+            "warning: no C compiler found; tensorgate is installed as pure Python (it works the same, "
+            "somewhat slower per request); install gcc and reinstall to compile the request path",
+            file=sys.stderr,
+        )
+        pure = True
+    if pure:
         MANIFEST.write_text(json.dumps({"compiled": {}, "pure": True}, indent=1) + "\n")
         return []
     from mypyc.build import mypycify
@@ -100,4 +117,9 @@ def ext_modules() -> list[object]:
     return modules
 
 
-setup(ext_modules=ext_modules())
+if os.environ.get("TENSORGATE_LIST_COMPILED"):
+    print("\n".join(COMPILED))
+else:
+    from setuptools import setup
+
+    setup(ext_modules=ext_modules())
