@@ -7,6 +7,7 @@ set up or no request succeeded, 2 for bad arguments (argparse).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -155,6 +156,9 @@ def run(args: argparse.Namespace) -> int:
     args.model = args.model_flag or args.model
     if not args.model:
         print("tensorgate bench: give a model name (positional or -m)", file=sys.stderr)
+        return 2
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:  # before any load is sent
+        print("tensorgate bench: --plot needs matplotlib: pip install 'tensorgate[bench]'", file=sys.stderr)
         return 2
     if args.concurrency is not None and args.rate is not None:
         print("tensorgate bench: -c and --rate exclude each other", file=sys.stderr)
