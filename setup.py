@@ -50,6 +50,7 @@ COMPILED = [
     "tensorgate/models/router.py",
     "tensorgate/models/model_version.py",
     "tensorgate/models/generative.py",
+    "tensorgate/models/pipeline.py",
     "tensorgate/models/validation.py",
     "tensorgate/scheduling/scheduler.py",
     "tensorgate/scheduling/pending.py",

@@ -144,6 +144,25 @@ class HealthCheck(Strict):
     batch_timeout_s: float = Field(default=120.0, gt=0)
 
 
+class StepCondition(Strict):
+    """Run a pipeline step only when a tensor (a pipeline input or an earlier step's output) holds
+    exactly one value, equal to ``equals``."""
+
+    input: str
+    equals: str | int | float | bool
+
+
+class PipelineStep(Strict):
+    """One model of the repository as a step: its inputs from the pipeline's inputs or earlier
+    steps' outputs (``step_input: source``), its outputs named for later steps and the answer."""
+
+    model: str
+    version: int | None = Field(default=None, ge=1)
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+    when: StepCondition | None = None
+
+
 class ResponseCacheConfig(Strict):
     """Triton's response cache for this model: only for a model whose answer depends on nothing but
     its inputs and parameters (no state, no randomness)."""
@@ -213,7 +232,7 @@ class ModelConfig(Strict):
     """Everything optional: an ONNX model directory with no config.yaml serves with these defaults."""
 
     name: str | None = None
-    backend: Literal["onnxruntime", "python", "torch", "llm"] | None = None
+    backend: Literal["onnxruntime", "python", "torch", "llm", "pipeline"] | None = None
     max_batch_size: int | None = Field(default=None, ge=0)
     inputs: list[TensorConfig] | None = None
     outputs: list[TensorConfig] | None = None
@@ -228,6 +247,30 @@ class ModelConfig(Strict):
     traffic: TrafficConfig | None = None
     health_check: HealthCheck = Field(default_factory=HealthCheck)
     response_cache: ResponseCacheConfig = Field(default_factory=ResponseCacheConfig)
+    steps: list[PipelineStep] | None = None  # backend: pipeline
+
+    @model_validator(mode="after")
+    def _pipeline(self) -> ModelConfig:
+        if self.backend != "pipeline":
+            if self.steps is not None:
+                raise ValueError("steps are for backend: pipeline")
+            return self
+        if not self.steps or not self.inputs or not self.outputs:
+            raise ValueError("a pipeline declares its inputs, outputs and steps")
+        known = {t.name for t in self.inputs}
+        for index, step in enumerate(self.steps, start=1):
+            where = f"steps[{index}] ({step.model})"
+            sources = list(step.inputs.values()) + ([step.when.input] if step.when is not None else [])
+            for source in sources:
+                if source not in known:
+                    raise ValueError(
+                        f"{where} reads {source!r}, which is neither a pipeline input nor an earlier step's output"
+                    )
+            known.update(step.outputs.values())
+        missing = [t.name for t in self.outputs if t.name not in known]
+        if missing:
+            raise ValueError(f"no step produces the pipeline output(s) {', '.join(missing)}")
+        return self
 
     @model_validator(mode="after")
     def _no_cache_for_sampling(self) -> ModelConfig:

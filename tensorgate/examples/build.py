@@ -111,6 +111,65 @@ def cnn_model(size: int = 32, classes: int = 10, seed: int = SEED) -> onnx.Model
     return _finish(graph)
 
 
+# The image pipeline: raw uint8 pixels (HWC) -> normalized FP32 (CHW) -> cnn -> the top 3 classes.
+PREPROCESS_CONFIG = """\
+# Pipeline step 1: uint8 images as cameras give them, [N, 32, 32, 3], to the cnn's FP32 [N, 3, 32, 32].
+backend: python
+max_batch_size: 16
+dynamic_batching: {max_queue_delay_ms: 2}
+inputs: [{name: image, datatype: UINT8, shape: [-1, 32, 32, 3]}]
+outputs: [{name: pixels, datatype: FP32, shape: [-1, 3, 32, 32]}]
+"""
+PREPROCESS_MODEL = """\
+import numpy as np
+
+from tensorgate import PythonModel
+
+MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32).reshape(1, 3, 1, 1)
+STD = np.array([0.229, 0.224, 0.225], dtype=np.float32).reshape(1, 3, 1, 1)
+
+
+class Preprocess(PythonModel):
+    def execute(self, inputs):
+        chw = inputs["image"].astype(np.float32).transpose(0, 3, 1, 2) / 255.0
+        return {"pixels": np.ascontiguousarray((chw - MEAN) / STD, dtype=np.float32)}
+"""
+TOPK_CONFIG = """\
+# Pipeline step 3: class probabilities to the three likeliest classes and their scores.
+backend: python
+max_batch_size: 16
+dynamic_batching: {max_queue_delay_ms: 2}
+inputs: [{name: probabilities, datatype: FP32, shape: [-1, 10]}]
+outputs:
+  - {name: classes, datatype: INT64, shape: [-1, 3]}
+  - {name: scores, datatype: FP32, shape: [-1, 3]}
+"""
+TOPK_MODEL = """\
+import numpy as np
+
+from tensorgate import PythonModel
+
+
+class TopK(PythonModel):
+    def execute(self, inputs):
+        probabilities = inputs["probabilities"]
+        classes = np.argsort(-probabilities, axis=1, kind="stable")[:, :3]
+        return {"classes": classes.astype(np.int64), "scores": np.take_along_axis(probabilities, classes, axis=1)}
+"""
+CLASSIFY_CONFIG = """\
+# A pipeline (Triton's ensembles): each step is a model of this repository, batched by its own scheduler.
+backend: pipeline
+inputs: [{name: image, datatype: UINT8, shape: [-1, 32, 32, 3]}]
+outputs:
+  - {name: classes, datatype: INT64, shape: [-1, 3]}
+  - {name: scores, datatype: FP32, shape: [-1, 3]}
+steps:
+  - {model: preprocess, inputs: {image: image}, outputs: {pixels: pixels}}
+  - {model: cnn, inputs: {image: pixels}, outputs: {probabilities: probabilities}}
+  - {model: topk, inputs: {probabilities: probabilities}, outputs: {classes: classes, scores: scores}}
+"""
+
+
 def _finish(graph: onnx.GraphProto) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tensorgate")
     model.ir_version = 8  # readable by every onnxruntime we support
@@ -126,6 +185,10 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+# The models build_example_repository writes.
+EXAMPLE_MODELS = frozenset({"mlp", "cnn", "preprocess", "topk", "classify"})
+
+
 def build_example_repository(root: Path) -> Path:
     """Write the example repository under ``root`` (idempotent; safe when two servers race)."""
     files = {
@@ -133,7 +196,13 @@ def build_example_repository(root: Path) -> Path:
         root / "mlp" / "1" / "model.onnx": mlp_model().SerializeToString(),
         root / "cnn" / "config.yaml": CNN_CONFIG.encode(),
         root / "cnn" / "1" / "model.onnx": cnn_model().SerializeToString(),
+        root / "preprocess" / "config.yaml": PREPROCESS_CONFIG.encode(),
+        root / "preprocess" / "1" / "model.py": PREPROCESS_MODEL.encode(),
+        root / "topk" / "config.yaml": TOPK_CONFIG.encode(),
+        root / "topk" / "1" / "model.py": TOPK_MODEL.encode(),
+        root / "classify" / "config.yaml": CLASSIFY_CONFIG.encode(),
     }
+    (root / "classify" / "1").mkdir(parents=True, exist_ok=True)  # a pipeline's version holds no file
     for path, data in files.items():
         if not path.exists() or path.read_bytes() != data:
             _write_atomic(path, data)

@@ -27,6 +27,7 @@ from tensorgate.clock import Clock
 from tensorgate.config.model_config import ModelConfig, VersionPolicy
 from tensorgate.errors import ModelLoadError
 from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
+from tensorgate.models.pipeline import StepRunner
 from tensorgate.models.response_cache import ResponseCache, VersionCache
 from tensorgate.models.rollout import Rollout, RolloutState
 from tensorgate.models.shadow import Shadow
@@ -89,6 +90,8 @@ class ModelManager:
         self._closed = False
         # The server's response cache (server.response_cache_bytes); None: no model may use one.
         self.response_cache: ResponseCache | None = None
+        # How a pipeline reaches its steps: the service's routing, set when the service is built.
+        self.run_step: StepRunner | None = None
 
     async def load_all(self, sources: list[ModelSource]) -> None:
         """Startup: every model found counts for readiness; models load side by side."""
@@ -182,7 +185,9 @@ class ModelManager:
         generation = entry.generations.get(number, 0)
         entry.generations[number] = generation + 1
         try:
-            version = await build_version(source, vsource, status, self.clock, self._metrics, self.tracer, generation)
+            version = await build_version(
+                source, vsource, status, self.clock, self._metrics, self.tracer, generation, self.run_step
+            )
         except ModelLoadError as exc:
             entry.failed[number] = identity
             self._metrics.load_failures.labels(name, str(number)).inc()

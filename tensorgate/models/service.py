@@ -27,6 +27,7 @@ class InferenceService:
     def __init__(self, manager: ModelManager, repository: RepositoryControl | None = None) -> None:
         self.manager = manager
         self.router = ModelRouter(manager)
+        manager.run_step = self.infer  # a pipeline's steps are routed as clients' requests are
         # The model control mode and the repository API (off unless the server sets explicit mode).
         self.repository = repository if repository is not None else RepositoryControl(manager, "none", None)
         self.draining = False

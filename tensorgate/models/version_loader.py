@@ -22,6 +22,7 @@ from tensorgate.instances.factory import create_instance, placements
 from tensorgate.instances.health import HealthMonitor, finite_outputs
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
+from tensorgate.models.pipeline import PipelineModelVersion, StepRunner
 from tensorgate.models.specs import resolve_specs
 from tensorgate.models.warmup import build_sample, warm_up
 from tensorgate.observability.metrics import Metrics
@@ -58,13 +59,19 @@ async def build_version(
     metrics: Metrics,
     tracer: Tracer,
     generation: int = 0,
+    run_step: StepRunner | None = None,
 ) -> ModelVersion:
     """Load and warm one version; ``status`` follows it (LOADING, WARMING). Raises ModelLoadError.
 
     ``generation`` counts earlier loads of the same version number in this server, so the instances
-    of a reload are named apart from those of the copy that is still draining.
+    of a reload are named apart from those of the copy that is still draining. ``run_step`` runs a
+    pipeline's steps (the service's routing), for ``backend: pipeline``.
     """
     try:
+        if source.backend == "pipeline":  # no model of its own: the steps are the repository's models
+            if run_step is None:
+                raise ModelLoadError("pipelines need the server's routing to reach their steps")
+            return PipelineModelVersion(source.name, vsource.version, source.config, run_step, clock, metrics)
         if source.backend == "llm":  # generative: a continuous-batching engine instead of instances
             from tensorgate.models.generative import load_generative_version  # imports torch
 

@@ -9,6 +9,7 @@ import onnxruntime as ort
 import pytest
 import tritonclient.http as httpclient
 
+from tensorgate.examples import EXAMPLE_MODELS
 from tensorgate.testing import ServerProcess
 
 
@@ -102,4 +103,4 @@ def test_inference_statistics_count_exactly_what_ran(client: httpclient.Inferenc
     assert by_size[3] - before_size.get(3, 0) == 2
     version_stats = client.get_inference_statistics("mlp", model_version="1")["model_stats"]
     assert [s["version"] for s in version_stats] == ["1"]
-    assert {s["name"] for s in client.get_inference_statistics()["model_stats"]} == {"cnn", "mlp"}
+    assert {s["name"] for s in client.get_inference_statistics()["model_stats"]} == EXAMPLE_MODELS

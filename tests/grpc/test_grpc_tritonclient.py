@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tensorgate.examples import EXAMPLE_MODELS
 from tensorgate.testing import ServerProcess
 
 
@@ -131,7 +132,7 @@ def test_inference_statistics(client: grpcclient.InferenceServerClient) -> None:
     assert delta("inference_stats", "compute_infer", "ns") > 0
     assert any(int(b["batch_size"]) == 4 for b in after["batch_stats"])
     everything = client.get_inference_statistics(as_json=True)["model_stats"]
-    assert {s["name"] for s in everything} == {"cnn", "mlp"}
+    assert {s["name"] for s in everything} == EXAMPLE_MODELS
 
 
 def test_priority_and_timeout_parameters_are_accepted(client: grpcclient.InferenceServerClient) -> None:

@@ -74,7 +74,7 @@ def test_batch_limits(config: dict[str, object], request_rows: int, batch_rows: 
     [
         ("max_batch_size: -1", "key 'max_batch_size': Input should be greater than or equal to 0"),
         ("max_batchsize: 4", "key 'max_batchsize': unknown key"),
-        ("backend: tensorflow", "key 'backend': Input should be 'onnxruntime', 'python' or 'llm'"),
+        ("backend: tensorflow", "key 'backend': Input should be 'onnxruntime', 'python', 'torch', 'llm' or 'pipeline'"),
         ("inputs: [{name: x, datatype: FP32, shape: [-2]}]", "key 'inputs.0.shape': Value error, dimensions"),
         ("inputs: [{name: x, shape: [1]}]", "key 'inputs.0.datatype': Field required"),
         ("instance_group: [{kind: tpu}]", "key 'instance_group.0.kind': Input should be 'cpu', 'gpu' or 'npu'"),

@@ -1,0 +1,203 @@
+"""``backend: pipeline``: Triton's ensembles in our configuration form, steps of other models run in order.
+
+Each step is a model of the repository, reached through the same routing as a client's request, so
+it is queued and batched by its own scheduler: a step that two pipelines share batches requests of
+both. Tensors pass from step to step as arrays, never re-encoded. The pipeline's deadline covers
+all of it: each step gets what is left of the request's timeout, and a step that starts with none
+left fails the request. A step's error fails the request with the step named, keeping the step's
+status (a bad input is still 400, a model unavailable still 503).
+
+Beyond Triton, a step may carry ``when: {input, equals}``: it runs only when that tensor (a pipeline
+input or an earlier output) holds one value equal to ``equals``; a skipped step's outputs are absent
+unless another step provides them, and so are the pipeline outputs that only it would have made.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+from tensorgate.backends.base import Device
+from tensorgate.clock import Clock
+from tensorgate.config.model_config import ModelConfig, PipelineStep, StepCondition
+from tensorgate.errors import DeadlineExceeded, InvalidInput, TensorgateError, Unavailable
+from tensorgate.instances.base import Instance
+from tensorgate.instances.pool import InstancePool
+from tensorgate.models.model_version import ModelVersion, VersionState
+from tensorgate.models.specs import resolve_specs
+from tensorgate.observability.metrics import Metrics
+from tensorgate.scheduling.scheduler import QueueSettings
+from tensorgate.types import Array, DataType, InferRequest, InferResponse, TensorSpec
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "ensemble"  # Triton's name for it, which its clients show
+StepRunner = Callable[[InferRequest], Awaitable[InferResponse]]
+
+
+class _Steps(Instance):
+    """The pipeline's one instance, in rotation while the version serves: it holds no model, so
+    requests never queue for it (``PipelineModelVersion.infer`` runs the steps itself)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, Device())
+        self._closed = False
+
+    async def start(self) -> None:
+        return None
+
+    def input_specs(self) -> tuple[TensorSpec, ...]:
+        return ()
+
+    def output_specs(self) -> tuple[TensorSpec, ...]:
+        return ()
+
+    async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        raise Unavailable("a pipeline's steps run through their own models, never as one batch")
+
+    @property
+    def healthy(self) -> bool:
+        return not self._closed
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+
+def _declared(config: ModelConfig, which: str) -> tuple[TensorSpec, ...]:
+    tensors = config.inputs if which == "inputs" else config.outputs
+    assert tensors is not None  # the config validator requires both for a pipeline
+    return tuple(TensorSpec(t.name, DataType.parse(t.datatype), tuple(t.shape)) for t in tensors)
+
+
+def condition_holds(condition: StepCondition, tensors: Mapping[str, Array], step: str) -> bool:
+    """Whether the tensor the condition names holds one value equal to ``equals``."""
+    array = tensors.get(condition.input)
+    if array is None:  # produced only by a step that was skipped
+        return False
+    if array.size != 1:
+        raise InvalidInput(f"{step}: its condition reads '{condition.input}', which must hold exactly one value")
+    value = array.reshape(-1)[0]
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(condition.equals, str):
+        return str(value) == condition.equals
+    if isinstance(condition.equals, bool):
+        return bool(value) is condition.equals
+    return bool(value == condition.equals)
+
+
+class PipelineModelVersion(ModelVersion):
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        config: ModelConfig,
+        run_step: StepRunner,
+        clock: Clock,
+        metrics: Metrics,
+    ) -> None:
+        assert config.steps is not None
+        self.steps: list[PipelineStep] = list(config.steps)
+        self._run_step = run_step
+        specs = resolve_specs(name, _declared(config, "inputs"), _declared(config, "outputs"), config)
+        super().__init__(
+            name,
+            version,
+            PLATFORM,
+            specs,
+            InstancePool([_Steps(f"{name}_{version}_steps")]),
+            QueueSettings(),
+            clock,
+            metrics.for_version(name, version),
+        )
+        self._pipeline_clock = clock
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if not self.ready:
+            self.metrics.outcome("unavailable")
+            raise Unavailable(
+                f"model '{self.name}' version {self.version} is not ready ({self.state.value})", retry_after_s=1.0
+            )
+        try:
+            self.rules.check_inputs(request.inputs)
+            self.rules.check_outputs(request.outputs)
+        except InvalidInput:
+            self.metrics.outcome("invalid")
+            raise
+        started = self._pipeline_clock.now()
+        try:
+            outputs = await self._run(request, started)
+        except TensorgateError as exc:
+            self._count(started, exc.outcome)
+            raise
+        self._count(started, "success")
+        wanted = request.outputs or tuple(s.name for s in self.specs.outputs)
+        answer = {name: outputs[name] for name in wanted if name in outputs}
+        return InferResponse(self.name, self.version, answer, id=request.id)
+
+    async def _run(self, request: InferRequest, started: float) -> dict[str, Array]:
+        tensors: dict[str, Array] = dict(request.inputs)
+        deadline = None if request.timeout_s is None else started + request.timeout_s
+        for index, step in enumerate(self.steps, start=1):
+            label = f"pipeline '{self.name}' step {index} ('{step.model}')"
+            if step.when is not None and not condition_holds(step.when, tensors, label):
+                continue
+            missing = [source for source in step.inputs.values() if source not in tensors]
+            if missing:
+                raise InvalidInput(f"{label}: its input(s) {', '.join(missing)} come from a step that was skipped")
+            timeout = None
+            if deadline is not None:
+                timeout = deadline - self._pipeline_clock.now()
+                if timeout <= 0:
+                    raise DeadlineExceeded(f"{label}: the request's deadline passed before the step could start")
+            inner = InferRequest(
+                model=step.model,
+                version=step.version,
+                inputs={name: tensors[source] for name, source in step.inputs.items()},
+                outputs=tuple(step.outputs),
+                parameters={},
+                priority=request.priority,
+                timeout_s=timeout,
+                id=request.id,
+                request_id=request.request_id,
+                traceparent=request.traceparent,
+            )
+            try:
+                response = await self._run_step(inner)
+            except TensorgateError as exc:
+                raise _named(exc, label) from exc
+            for produced, name in step.outputs.items():
+                if produced not in response.outputs:
+                    raise InvalidInput(f"{label}: model '{step.model}' has no output '{produced}'")
+                tensors[name] = response.outputs[produced]
+        return tensors
+
+    def _count(self, started: float, outcome: str) -> None:
+        elapsed = self._pipeline_clock.now() - started
+        self.metrics.outcome(outcome if outcome in self.metrics.outcomes else "internal")
+        self.metrics.request_seconds.observe(elapsed)
+        stats = self.scheduler.stats
+        ns = int(elapsed * 1e9)
+        stats.last_inference_ms = int(time.time() * 1000)
+        if outcome == "success":
+            stats.inference_count += 1
+            stats.execution_count += 1
+            stats.success_count += 1
+            stats.success_ns += ns
+        else:
+            stats.fail_count += 1
+            stats.fail_ns += ns
+
+    async def aclose(self, drain_timeout_s: float) -> None:
+        self.state = VersionState.DRAINING
+        await super().aclose(drain_timeout_s)
+
+
+def _named(exc: TensorgateError, label: str) -> TensorgateError:
+    """The step's error, same class and status, with the step named first."""
+    named = copy.copy(exc)
+    named.message = f"{label}: {exc.message}"
+    named.args = (named.message,)
+    return named
