@@ -107,3 +107,26 @@ def test_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> No
 def test_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the file"):
         load_file(ModelConfig, tmp_path / "missing.yaml")
+
+
+def _pipeline(steps: list[dict[str, object]], outputs: list[str]) -> dict[str, object]:
+    tensor = {"datatype": "FP32", "shape": [-1, 4]}
+    return {
+        "backend": "pipeline",
+        "inputs": [{"name": "x", **tensor}],
+        "outputs": [{"name": name, **tensor} for name in outputs],
+        "steps": steps,
+    }
+
+
+def test_a_pipeline_graph_is_checked_at_load() -> None:
+    step = {"model": "a", "inputs": {"INPUT": "x"}, "outputs": {"OUTPUT": "y"}}
+    ModelConfig.model_validate(_pipeline([step, {**step, "inputs": {"INPUT": "y"}, "outputs": {"OUTPUT": "z"}}], ["z"]))
+    with pytest.raises(ValueError, match="reads 'nope', which is neither a pipeline input"):
+        ModelConfig.model_validate(_pipeline([{**step, "inputs": {"INPUT": "nope"}}], ["y"]))
+    with pytest.raises(ValueError, match="no step produces the pipeline output"):
+        ModelConfig.model_validate(_pipeline([step], ["missing"]))
+    with pytest.raises(ValueError, match="reads 'later'"):
+        ModelConfig.model_validate(_pipeline([{**step, "when": {"input": "later", "equals": 1}}], ["y"]))
+    with pytest.raises(ValueError, match="steps are for backend: pipeline"):
+        ModelConfig.model_validate({"steps": [step]})
