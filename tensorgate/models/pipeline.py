@@ -25,7 +25,7 @@ from tensorgate.config.model_config import ModelConfig, PipelineStep, StepCondit
 from tensorgate.errors import DeadlineExceeded, InvalidInput, TensorgateError, Unavailable
 from tensorgate.instances.base import Instance
 from tensorgate.instances.pool import InstancePool
-from tensorgate.models.model_version import ModelVersion, VersionState
+from tensorgate.models.model_version import ModelVersion
 from tensorgate.models.specs import resolve_specs
 from tensorgate.observability.metrics import Metrics
 from tensorgate.scheduling.scheduler import QueueSettings
@@ -189,10 +189,6 @@ class PipelineModelVersion(ModelVersion):
         else:
             stats.fail_count += 1
             stats.fail_ns += ns
-
-    async def aclose(self, drain_timeout_s: float) -> None:
-        self.state = VersionState.DRAINING
-        await super().aclose(drain_timeout_s)
 
 
 def _named(exc: TensorgateError, label: str) -> TensorgateError:
