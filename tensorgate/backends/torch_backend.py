@@ -96,8 +96,8 @@ class TorchBackend(Backend):
             module.eval()
             return module
         except Exception as exc:  # torch raises its own untyped errors for a bad file
-            first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            raise ModelLoadError(f"torch could not load {where}: {first.replace(str(spec.directory), '')}") from exc
+            first = _first_line(exc).replace(str(spec.directory), "")
+            raise ModelLoadError(f"torch could not load {where}: {first}") from exc
 
     def _check_sample(self, spec: LoadSpec) -> None:
         """Run zeros of the declared shapes once: the outputs must be what config.yaml declares."""
@@ -105,9 +105,9 @@ class TorchBackend(Backend):
         try:
             results = self._run(sample)
         except Exception as exc:
-            first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             raise ModelLoadError(
-                f"{spec.model}: run on zeros of the declared input shapes, the model does not fit config.yaml: {first}"
+                f"{spec.model}: run on zeros of the declared input shapes, the model does not fit config.yaml: "
+                f"{_first_line(exc)}"
             ) from exc
         for declared in self._outputs:
             got = results[declared.name]
@@ -171,3 +171,8 @@ class TorchBackend(Backend):
 
 def _writable(array: Array) -> Array:
     return array if array.flags.writeable else array.copy()
+
+
+def _first_line(exc: Exception) -> str:
+    """What a load error tells the client of torch's own (often long, multi-line) message."""
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__

@@ -39,6 +39,7 @@ import numpy as np
 
 from tensorgate.errors import InvalidInput, PermissionDenied
 from tensorgate.protocols.tensor_codec import from_raw, to_raw
+from tensorgate.security.identity import Identity
 from tensorgate.types import Array, DataType
 
 SHM_DIRECTORY = "/dev/shm"
@@ -74,6 +75,11 @@ def grpc_peer_host(peer: str) -> str | None:
 
 def uses_shared_memory(parameters: Any) -> bool:
     return "shared_memory_region" in parameters
+
+
+def region_owner(identity: Identity | None) -> str:
+    """Whose regions a caller sees: its identity's, or everyone's ("") where authentication is off."""
+    return "" if identity is None else identity.name
 
 
 @dataclass(slots=True)
@@ -261,5 +267,6 @@ class SharedMemoryUse:
                 f"output '{name}' needs {size} bytes, but its window of shared-memory region '{region}' holds {room}"
             )
 
-    def release(self) -> None:
-        self.targets.clear()
+
+# Where the server has no shared memory for a request: naming a region is refused as "off".
+NO_SHARED_MEMORY = SharedMemoryUse(None, "")

@@ -22,13 +22,10 @@ from tensorgate.protocols.grpc.generated import model_config_pb2 as mc
 # The one definition of the V2 ``priority`` / ``timeout`` parameters, shared with HTTP so both
 # protocols accept and reject the same values.
 from tensorgate.protocols.parameters import MAX_INPUTS, priority_and_timeout
-from tensorgate.protocols.shared_memory import SharedMemoryUse, uses_shared_memory
+from tensorgate.protocols.shared_memory import NO_SHARED_MEMORY, SharedMemoryUse, uses_shared_memory
 from tensorgate.protocols.tensor_codec import check_total_bytes, from_raw, parse_datatype, parse_shape, to_raw
 from tensorgate.repository.names import check_model_name, parse_version
 from tensorgate.types import Array, DataType, InferRequest, InferResponse, ModelMetadata
-
-# Where the server has no shared memory for this request: naming a region is refused as "off".
-_NO_SHARED_MEMORY = SharedMemoryUse(None, "")
 
 # The typed ``contents`` field for each datatype (FP16 has none: it travels only as raw bytes).
 _CONTENTS_FIELD: dict[DataType, str] = {
@@ -90,7 +87,7 @@ def decode_infer(
         raise InvalidInput(f"request has {count} inputs; at most {MAX_INPUTS} are allowed")
     if raw is None:  # with upb, each read of a repeated bytes field's element is a fresh copy
         raw = list(message.raw_input_contents)
-    use = shared if shared is not None else _NO_SHARED_MEMORY
+    use = shared if shared is not None else NO_SHARED_MEMORY
     if raw:
         carried = count - sum(1 for t in message.inputs if uses_shared_memory(t.parameters))
         if len(raw) != carried:

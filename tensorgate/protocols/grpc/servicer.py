@@ -42,6 +42,7 @@ from tensorgate.protocols.shared_memory import (
     SharedMemoryUse,
     grpc_peer_host,
     is_local_peer,
+    region_owner,
 )
 from tensorgate.repository.names import check_model_name
 from tensorgate.security.gate import Gate
@@ -75,9 +76,7 @@ def _identity(context: Any) -> Identity | None:
 
 
 def _owner(context: Any) -> str:
-    """Whose shared-memory regions a call sees: its identity's, or everyone's where auth is off."""
-    identity = _identity(context)
-    return "" if identity is None else identity.name
+    return region_owner(_identity(context))
 
 
 def _local(context: Any) -> bool:
@@ -302,26 +301,20 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             self._settings.gate.check_model(_identity(context), check_model_name(message.model_name))
         shared = SharedMemoryUse(self._regions, _owner(context), _local(context)) if self._regions.enabled else None
         try:
-            try:
-                request = codec.decode_infer(message, self._settings.limits, received.raw, shared)
-                request = _timeout(request, context)
-            except TensorgateError as exc:
-                # Counted against the version it names; a malformed version names none (as on HTTP).
-                if message.model_name and _well_formed(message.model_version):
-                    self._service.count_failure(message.model_name, codec.optional_version(message.model_version), exc)
-                raise
-            request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent)
-            sticky = self._service.sticky_header(request.model)
-            key = None if sticky is None else _metadata(context).get(sticky)
-            response = await self._service.infer(request, key)
-            served.version, served.queue_s = str(response.version), response.queue_s
-            served.compute_s = response.compute_s
-            span.record(response)
-            with span.child("encode"):
-                return codec.encode_infer(response, shared)
-        finally:
-            if shared is not None:
-                shared.release()
+            request = _timeout(codec.decode_infer(message, self._settings.limits, received.raw, shared), context)
+        except TensorgateError as exc:
+            # Counted against the version it names; a malformed version names none (as on HTTP).
+            if message.model_name and _well_formed(message.model_version):
+                self._service.count_failure(message.model_name, codec.optional_version(message.model_version), exc)
+            raise
+        request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent)
+        sticky = self._service.sticky_header(request.model)
+        key = None if sticky is None else _metadata(context).get(sticky)
+        response = await self._service.infer(request, key)
+        served.version, served.queue_s, served.compute_s = str(response.version), response.queue_s, response.compute_s
+        span.record(response)
+        with span.child("encode"):
+            return codec.encode_infer(response, shared)
 
     async def ModelInfer(self, request: ReceivedInfer, context: Any) -> Any:
         headers = _metadata(context)

@@ -47,7 +47,13 @@ from tensorgate.protocols.http.v2_codec import (
     parse_header_length,
 )
 from tensorgate.protocols.request_ids import RequestIds
-from tensorgate.protocols.shared_memory import CUDA_MESSAGE, SharedMemoryRegions, SharedMemoryUse, is_local_peer
+from tensorgate.protocols.shared_memory import (
+    CUDA_MESSAGE,
+    SharedMemoryRegions,
+    SharedMemoryUse,
+    is_local_peer,
+    region_owner,
+)
 from tensorgate.repository.names import check_model_name, parse_version
 from tensorgate.security.gate import Gate
 from tensorgate.security.hosts import HostAllowlist
@@ -276,7 +282,7 @@ class HttpApp:
         self._only(call, "GET" if action == "status" else "POST")
         if parts[0] == "cudasharedmemory":
             raise NotImplementedFeature(CUDA_MESSAGE)
-        regions, owner = self._regions, _owner(call)
+        regions, owner = self._regions, region_owner(call.identity)
         regions.check_caller(is_local_peer(call.peer_host))
         if action == "status":
             await self._json(call, send, 200, regions.status(owner, region))
@@ -398,7 +404,7 @@ class HttpApp:
         header_length = parse_header_length(call.header(b"inference-header-content-length"), len(body))
         shared = None
         if self._regions.enabled:
-            shared = SharedMemoryUse(self._regions, _owner(call), is_local_peer(call.peer_host))
+            shared = SharedMemoryUse(self._regions, region_owner(call.identity), is_local_peer(call.peer_host))
         decode = partial(
             decode_infer,
             body,
@@ -411,18 +417,14 @@ class HttpApp:
             shared=shared,
         )
         try:
-            try:
-                if len(body) > _OFFLOAD_BYTES:
-                    request, prefs = await asyncio.to_thread(decode)
-                else:
-                    request, prefs = decode()
-            except TensorgateError as exc:
-                self._service.count_failure(name, version, exc)
-                raise
-            payload, json_length = await self._run(call, request, partial(encode_infer, prefs=prefs, shared=shared))
-        finally:
-            if shared is not None:
-                shared.release()
+            if len(body) > _OFFLOAD_BYTES:
+                request, prefs = await asyncio.to_thread(decode)
+            else:
+                request, prefs = decode()
+        except TensorgateError as exc:
+            self._service.count_failure(name, version, exc)
+            raise
+        payload, json_length = await self._run(call, request, partial(encode_infer, prefs=prefs, shared=shared))
         extra = [] if json_length is None else [(b"inference-header-content-length", str(json_length).encode())]
         await self._send(call, send, 200, payload, [_BINARY if json_length is not None else _JSON, *extra])
 
@@ -569,11 +571,6 @@ def _load_config(parameters: dict[str, Any]) -> str | None:
     if config is not None and not isinstance(config, str):
         raise InvalidInput("the 'config' parameter must be a string holding a JSON model configuration")
     return config
-
-
-def _owner(call: Call) -> str:
-    """Whose shared-memory regions a call sees: its identity's, or everyone's where auth is off."""
-    return "" if call.identity is None else call.identity.name
 
 
 def _decode_v1(

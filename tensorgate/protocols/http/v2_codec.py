@@ -22,7 +22,7 @@ import orjson
 from tensorgate.errors import InvalidInput, NotImplementedFeature, TensorgateError
 from tensorgate.protocols.http.json_tensors import MIN_FAST_BYTES, loads_with_arrays
 from tensorgate.protocols.parameters import MAX_INPUTS, priority_and_timeout
-from tensorgate.protocols.shared_memory import SharedMemoryUse
+from tensorgate.protocols.shared_memory import NO_SHARED_MEMORY, SharedMemoryUse, uses_shared_memory
 from tensorgate.protocols.tensor_codec import (
     from_json_data,
     from_raw,
@@ -34,8 +34,6 @@ from tensorgate.protocols.tensor_codec import (
 from tensorgate.types import Array, DataType, InferRequest, InferResponse
 
 _MAX_HEADER_DIGITS = 12
-# Where the server has no shared memory for this request: naming a region is refused as "off".
-_NO_SHARED_MEMORY = SharedMemoryUse(None, "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,10 +175,10 @@ def decode_infer(
                 )
             inputs[name] = from_raw(binary[offset : offset + size], datatype, shape, count, name)
             offset += size
-        elif "shared_memory_region" in params:
+        elif uses_shared_memory(params):
             if "data" in node:
                 raise InvalidInput(f"input '{name}' has both 'data' and shared_memory_region")
-            inputs[name] = (shared or _NO_SHARED_MEMORY).read(params, datatype, shape, count, name)
+            inputs[name] = (shared or NO_SHARED_MEMORY).read(params, datatype, shape, count, name)
         else:
             if "data" not in node:
                 raise InvalidInput(f"input '{name}' has neither 'data' nor binary_data_size")
@@ -191,7 +189,7 @@ def decode_infer(
         )
 
     params = _parameters(document, "request")
-    prefs, outputs = _outputs(document, params, shared or _NO_SHARED_MEMORY)
+    prefs, outputs = _outputs(document, params, shared or NO_SHARED_MEMORY)
     priority, timeout = priority_and_timeout(params)
     client_id = document.get("id", "")
     if not isinstance(client_id, str):
@@ -274,7 +272,7 @@ def _outputs(
         oparams = _parameters(node, f"output '{name}'")
         if "classification" in oparams:
             raise NotImplementedFeature("the classification extension is not supported")
-        if "shared_memory_region" in oparams:
+        if uses_shared_memory(oparams):
             shared.target(name, oparams)
         flag = oparams.get("binary_data", binary_default)
         if not isinstance(flag, bool):
