@@ -144,6 +144,16 @@ class QueueFull(Unavailable):
         return "queue_full"
 
 
+class WouldMissDeadline(Unavailable):
+    """Refused at admission: the queue ahead and the model's measured cost say the request cannot
+    finish before its deadline (``dynamic_batching.deadline_admission``). 503, not 504: nothing was
+    attempted, and the client is told when to come back."""
+
+    @property
+    def outcome(self) -> str:
+        return "deadline_refused"
+
+
 class DeadlineExceeded(TensorgateError):
     code = ErrorCode.DEADLINE_EXCEEDED
 

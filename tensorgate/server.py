@@ -28,6 +28,7 @@ from tensorgate.models.manager import ModelManager
 from tensorgate.models.repository_control import RepositoryControl
 from tensorgate.models.response_cache import ResponseCache
 from tensorgate.models.service import SERVER_VERSION, InferenceService
+from tensorgate.models.status import StatusReport
 from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.metrics import Metrics
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer, build_tracer
@@ -38,6 +39,7 @@ from tensorgate.protocols.http.app import HttpApp, HttpSettings
 from tensorgate.protocols.http.listener import HttpListener, metrics_app
 from tensorgate.protocols.http.v2_codec import DecodeLimits
 from tensorgate.protocols.shared_memory import SharedMemoryRegions
+from tensorgate.protocols.tenancy import Tenancy
 from tensorgate.repository.flat import from_flat_entries
 from tensorgate.repository.scanner import scan_repository
 from tensorgate.repository.source import ModelSource
@@ -104,8 +106,16 @@ class Server:
         self._config_source = config_source
         self.clock = clock or MonotonicClock()
         self.metrics = metrics or Metrics(enabled=config.server.metrics_port is not None)
-        self.manager = ModelManager(self.clock, self.metrics, drain_timeout_s=config.server.exit_timeout_s)
+        self.manager = ModelManager(
+            self.clock,
+            self.metrics,
+            drain_timeout_s=config.server.exit_timeout_s,
+            memory_budget_bytes=config.server.memory_budget_bytes,
+            default_residency=config.server.default_residency,
+        )
         self.repository: RepositoryControl | None = None  # built at start, once the repository is known
+        section = config.server
+        self.tenancy = Tenancy(section.fair_queuing, section.tenant_header, section.tenants)
         self.gate = Gate(self.clock)  # replaced at start by one built from the auth settings
         self.certificates: CertificateFiles | None = None
         self.shared_memory = SharedMemoryRegions(enabled=False)  # replaced at start from the settings
@@ -185,6 +195,7 @@ class Server:
         settings = HttpSettings(
             max_body_bytes=section.max_body_bytes,
             limits=DecodeLimits(max_elements=section.max_elements, max_json_depth=section.max_json_depth),
+            tenancy=self.tenancy,
         )
         http = HttpListener(
             "http",
@@ -197,6 +208,7 @@ class Server:
                 self.gate,
                 hosts,
                 self.shared_memory,
+                StatusReport(self.service, self.clock, self.metrics.status, replica=section.replica_id or ""),
             ),
             bind_socket(section.host, section.http_port),
             keep_alive_s=section.keep_alive_s,
@@ -291,6 +303,7 @@ class Server:
                 access=self.access_log,
                 gate=self.gate,
                 shared_memory=self.shared_memory,
+                tenancy=self.tenancy,
             ),
             self.tracer,
             self.clock,

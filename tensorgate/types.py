@@ -94,6 +94,28 @@ class TensorSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class Tenant:
+    """Who a request is queued for, in fair sharing: its name, its share, and its own queue bound.
+
+    Resolved by the protocol layer (the authenticated identity, else a header), so the scheduler
+    reads the share from the request instead of a table of its own.
+    """
+
+    name: str
+    weight: float = 1.0
+    max_queued: int | None = None  # per model version's queue; None: only the queue's own bound
+
+    def __init__(self, name: str, weight: float = 1.0, max_queued: int | None = None) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "weight", weight)
+        object.__setattr__(self, "max_queued", max_queued)
+
+
+# Every request of a server without fair sharing, and of clients that name no tenant.
+SHARED_TENANT = Tenant("")
+
+
+@dataclass(frozen=True, slots=True)
 class InferRequest:
     """One client request, decoded and validated against the model's tensor specs.
 
@@ -112,6 +134,7 @@ class InferRequest:
     id: str = ""
     request_id: str = ""
     traceparent: str | None = None
+    tenant: Tenant = SHARED_TENANT
 
     # The __init__ methods here and on the other per-request classes are written out: compiled with
     # mypyc, a dataclass keeps the generated __init__, which stays interpreted (about 1 us for ten
@@ -128,6 +151,7 @@ class InferRequest:
         id: str = "",
         request_id: str = "",
         traceparent: str | None = None,
+        tenant: Tenant = SHARED_TENANT,
     ) -> None:
         _set = object.__setattr__  # frozen
         _set(self, "model", model)
@@ -140,6 +164,7 @@ class InferRequest:
         _set(self, "id", id)
         _set(self, "request_id", request_id)
         _set(self, "traceparent", traceparent)
+        _set(self, "tenant", tenant)
 
 
 @dataclass(frozen=True, slots=True)

@@ -256,3 +256,43 @@ def write_faulty_model(
         health_check={**checks, **(health_check or {})},
         dynamic_batching={"max_queue_delay_ms": 1},
     )
+
+
+# Holds its weights in memory: ``weights.npy`` in its version directory (FP32, every element the
+# model's ``value``), read at load, so a load grows the server's memory by the file's size. Adds
+# the first weight to its input. While the file ``hold_file`` names exists, a batch waits for it
+# to go (at most 30 s): a test keeps the model in use for as long as it needs.
+WEIGHTS_MODEL = """
+import os
+import time
+
+import numpy as np
+
+from tensorgate import PythonModel
+
+
+class Weights(PythonModel):
+    def load(self, context):
+        self.weights = np.load(context.directory / "weights.npy")
+        self.hold = context.parameters.get("hold_file")
+
+    def execute(self, inputs):
+        if self.hold:
+            end = time.monotonic() + 30.0
+            while os.path.exists(self.hold) and time.monotonic() < end:
+                time.sleep(0.005)
+        return {"OUTPUT": (inputs["INPUT"] + self.weights[0]).astype(np.float32)}
+"""
+
+
+def write_weights_model(
+    repo: Path, name: str, *, mib: float, value: float = 1.0, hold_file: Path | None = None, **config: Any
+) -> Path:
+    """A WEIGHTS_MODEL model holding ``mib`` MiB of weights: ``INPUT`` FP32 [-1, 4] -> INPUT + ``value``."""
+    import numpy as np
+
+    parameters = {} if hold_file is None else {"hold_file": str(hold_file)}
+    model_dir = write_python_model(repo, name, code=WEIGHTS_MODEL, parameters=parameters, **config)
+    count = max(1, int(mib * (1 << 20)) // 4)
+    np.save(model_dir / "1" / "weights.npy", np.full(count, value, dtype=np.float32))
+    return model_dir

@@ -36,6 +36,8 @@ _FLAG_KEYS = {
     "max_connections": "max_connections",
     "allowed_host": "allowed_hosts",
     "shared_memory": "shared_memory",
+    "memory_budget_bytes": "memory_budget_bytes",
+    "default_residency": "default_residency",
 }
 # Flags that set a key of a section inside ``server``: (flag, section, key).
 _SECTION_FLAGS = (
@@ -106,6 +108,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--shared-memory",
         choices=["none", "system"],
         help="system: local clients may pass tensors through /dev/shm regions (Triton's extension; default none)",
+    )
+    parser.add_argument(
+        "--memory-budget-bytes",
+        type=int,
+        help="the memory the loaded models may hold in all, as measured at their loads (default: no bound)",
+    )
+    parser.add_argument(
+        "--default-residency",
+        choices=["resident", "on_demand"],
+        help="for models whose config sets no model_residency: resident (default; loaded at startup) or "
+        "on_demand (loaded on the first request, evicted when idle to stay within --memory-budget-bytes)",
     )
 
 

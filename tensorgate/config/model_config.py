@@ -44,6 +44,12 @@ class DynamicBatching(Strict):
     default_priority: int | None = Field(default=None, ge=1)
     max_queue_size: int = Field(default=DEFAULT_MAX_QUEUE_SIZE, ge=1)
     default_timeout_ms: float | None = Field(default=None, gt=0)
+    # Within a priority level: fifo (fair between tenants, first come first served within one) or
+    # deadline (earliest deadline first; requests without one last).
+    order: Literal["fifo", "deadline"] = "fifo"
+    # Refuse at once (503 + Retry-After) a request whose deadline the queue ahead of it and the
+    # model's measured batch cost say it cannot meet, instead of holding it until it times out.
+    deadline_admission: bool = False
 
     @model_validator(mode="after")
     def _levels(self) -> DynamicBatching:
@@ -248,6 +254,9 @@ class ModelConfig(Strict):
     health_check: HealthCheck = Field(default_factory=HealthCheck)
     response_cache: ResponseCacheConfig = Field(default_factory=ResponseCacheConfig)
     steps: list[PipelineStep] | None = None  # backend: pipeline
+    # resident: loaded at startup and kept; on_demand: loaded on its first request and evicted when
+    # idle and the memory budget needs room (docs/model-residency.md). None: server.default_residency.
+    model_residency: Literal["resident", "on_demand"] | None = None
 
     @model_validator(mode="after")
     def _pipeline(self) -> ModelConfig:
@@ -279,6 +288,14 @@ class ModelConfig(Strict):
                 "response_cache cannot be enabled for the llm backend: generation samples, so equal "
                 "requests may rightly get different answers"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _residency(self) -> ModelConfig:
+        # Generation is served through its own routes (no cold load on their path), and a pipeline
+        # holds no model of its own (its steps are the repository's models, each with its residency).
+        if self.model_residency == "on_demand" and self.backend in ("llm", "pipeline"):
+            raise ValueError(f"model_residency on_demand is not for the {self.backend} backend: it stays resident")
         return self
 
     @model_validator(mode="after")

@@ -61,6 +61,12 @@ class AuthSection(Strict):
         return self
 
 
+class TenantConfig(Strict):
+    weight: float = Field(default=1.0, gt=0)  # its share against other waiting tenants'
+    # Requests it may have waiting in one model version's queue; past it, 503 for it alone.
+    max_queued: int | None = Field(default=None, ge=1)
+
+
 class ServerSection(Strict):
     host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=0, le=65535)
@@ -109,6 +115,19 @@ class ServerSection(Strict):
     # Triton's response cache, shared by the models that enable it (response_cache: {enable: true}):
     # the outputs it may hold in all, least recently used first out.
     response_cache_bytes: int = Field(default=64 << 20, ge=0)
+    # Models in bounded memory (docs/model-residency.md): the bytes the loaded models may hold in all,
+    # as measured at each load; None: no bound. Room is made by evicting idle on_demand models, least
+    # recently used first; resident ones are never evicted.
+    memory_budget_bytes: int | None = Field(default=None, ge=1)
+    # What a model's model_residency is when its config does not say: resident (loaded at startup and
+    # kept) or on_demand (loaded on its first request, evicted when idle and room is needed).
+    default_residency: Literal["resident", "on_demand"] = "resident"
+    # Fair sharing between tenants (docs/fairness.md): within a priority level, requests leave in
+    # weighted fair order across tenants. A tenant is the authenticated caller's name, else this
+    # header's value (gRPC: the same name, lower case, as metadata), else one shared tenant.
+    fair_queuing: bool = True
+    tenant_header: str = Field(default="X-Tenant", pattern=r"^[A-Za-z0-9-]{1,64}$")
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)  # unknown tenants: weight 1, no bound
 
     @model_validator(mode="after")
     def _management(self) -> ServerSection:

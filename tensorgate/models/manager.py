@@ -26,6 +26,7 @@ from typing import Any
 from tensorgate.clock import Clock
 from tensorgate.config.model_config import ModelConfig, VersionPolicy
 from tensorgate.errors import ModelLoadError
+from tensorgate.models.memory_budget import MemoryBudget, NoRoom, Residence
 from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
 from tensorgate.models.pipeline import StepRunner
 from tensorgate.models.response_cache import ResponseCache, VersionCache
@@ -63,6 +64,7 @@ class ModelEntry:
     failed: dict[int, Identity] = field(default_factory=dict)
     generations: dict[int, int] = field(default_factory=dict)  # loads of each version number so far
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    residence: Residence = field(default_factory=Residence)  # memory residency (models/memory_budget.py)
 
     def latest_ready(self) -> ModelVersion | None:
         """The highest READY version; a loop rather than a sort, because every request asks."""
@@ -75,7 +77,14 @@ class ModelEntry:
 
 class ModelManager:
     def __init__(
-        self, clock: Clock, metrics: Metrics, *, drain_timeout_s: float = 30.0, rng: random.Random | None = None
+        self,
+        clock: Clock,
+        metrics: Metrics,
+        *,
+        drain_timeout_s: float = 30.0,
+        rng: random.Random | None = None,
+        memory_budget_bytes: int | None = None,
+        default_residency: str = "resident",
     ) -> None:
         self.tracer: Tracer = NOOP_TRACER  # the server sets its tracer here before load_all
         self.clock = clock
@@ -92,11 +101,25 @@ class ModelManager:
         self.response_cache: ResponseCache | None = None
         # How a pipeline reaches its steps: the service's routing, set when the service is built.
         self.run_step: StepRunner | None = None
+        # Loads on-demand models on their first request; every measured load makes room through it.
+        self.memory = MemoryBudget(
+            clock,
+            metrics,
+            memory_budget_bytes,
+            default_residency,
+            models=self.models,
+            load=self._load_on_demand,
+            retire=self._evict,
+            spawn=self._spawn,
+        )
 
     async def load_all(self, sources: list[ModelSource]) -> None:
         """Startup: every model found counts for readiness; models load side by side."""
         for source in sources:
-            self.models[source.name] = ModelEntry(source)
+            entry = self.models[source.name] = ModelEntry(source)
+            if self.memory.on_demand(source):  # known, loaded by its first request: not counted for readiness
+                entry.residence = Residence(on_demand=True, wanted=False)
+                entry.wanted = False
         self.starting = False
         await asyncio.gather(*(self._apply_quietly(self.models[s.name], s) for s in sources))
 
@@ -113,6 +136,10 @@ class ModelManager:
         entry = self.models.get(source.name)
         if entry is None:
             entry = self.models[source.name] = ModelEntry(source, wanted=False)
+            on_demand = self.memory.on_demand(source)
+            entry.residence = Residence(on_demand=on_demand, wanted=not on_demand)
+        if retry_failed:  # the repository API's load: an on-demand model loads now too (and may be evicted)
+            entry.residence.wanted = True
         await self._apply(entry, source, retry_failed=retry_failed)
 
     async def _apply(self, entry: ModelEntry, source: ModelSource, *, retry_failed: bool) -> None:
@@ -128,6 +155,15 @@ class ModelManager:
                     entry.source = source
                     log.error("model %s cannot be loaded: %s", name, message)
                 raise ModelLoadError(message)
+            residence = entry.residence
+            on_demand = self.memory.on_demand(source)
+            if on_demand != residence.on_demand:  # the configuration changed the model's residency
+                residence.on_demand = on_demand
+                residence.wanted = not on_demand or bool(entry.versions)
+            if not residence.wanted:  # on demand and not loaded: its first request loads it
+                entry.source = source
+                entry.problem = ""
+                return
             reload_all = bool(entry.versions) and (
                 source.backend != entry.source.backend
                 or _load_config(source.config) != _load_config(entry.source.config)
@@ -185,11 +221,16 @@ class ModelManager:
         generation = entry.generations.get(number, 0)
         entry.generations[number] = generation + 1
         try:
-            version = await build_version(
-                source, vsource, status, self.clock, self._metrics, self.tracer, generation, self.run_step
+            version = await self.memory.admit(
+                entry,
+                vsource,
+                lambda: build_version(
+                    source, vsource, status, self.clock, self._metrics, self.tracer, generation, self.run_step
+                ),
             )
         except ModelLoadError as exc:
-            entry.failed[number] = identity
+            if not isinstance(exc, NoRoom):  # no room now is tried again; a failure waits for a change
+                entry.failed[number] = identity
             self._metrics.load_failures.labels(name, str(number)).inc()
             if replacing is None:
                 status.state, status.reason = VersionState.FAILED, str(exc)
@@ -199,6 +240,7 @@ class ModelManager:
             return str(exc)
         if self._closed:  # the server stopped while this loaded: it never serves
             await version.aclose(0.0)
+            self.memory.release(entry, version)
             return "the server is shutting down"
         entry.failed.pop(number, None)
         if source.config.response_cache.enable:
@@ -226,6 +268,17 @@ class ModelManager:
         log.info("model %s version %d is draining", version.name, number)
         return self._drain(entry, version, status)
 
+    def _evict(self, entry: ModelEntry) -> list[asyncio.Task[None]]:
+        """The memory budget's eviction of an idle on-demand model: every version out of service in
+        this step, through the same drain as any retired version. Returns the drains."""
+        entry.wanted = False
+        return [self._retire(entry, number) for number in sorted(entry.versions)]
+
+    async def _load_on_demand(self, entry: ModelEntry) -> None:
+        """The memory budget's load of an on-demand model (its ``residence.wanted`` is set): the
+        versions to serve, loaded as at startup; a version that failed waits for its files to change."""
+        await self._apply(entry, entry.source, retry_failed=False)
+
     def _attach_cache(self, version: ModelVersion) -> None:
         if self.response_cache is None or self.response_cache.capacity_bytes == 0:
             log.warning(
@@ -246,6 +299,7 @@ class ModelManager:
                 await version.aclose(self._drain_timeout_s)
             except Exception:
                 log.exception("model %s version %d failed to unload", version.name, version.version)
+            self.memory.release(entry, version)
             serving = entry.versions.get(version.version)
             self._metrics.model_ready.labels(version.name, str(version.version)).set(
                 1 if serving is not None and serving.ready else 0
@@ -271,6 +325,8 @@ class ModelManager:
             return
         async with entry.lock:
             entry.wanted = False
+            if entry.residence.on_demand:  # not loaded again by a request (problem: "unloaded")
+                entry.residence.wanted = False
             drains = [self._retire(entry, number) for number in sorted(entry.versions)]
             if entry.traffic is not None and entry.traffic.shadow is not None:
                 await entry.traffic.shadow.aclose()

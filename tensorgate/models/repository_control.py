@@ -120,15 +120,28 @@ class RepositoryControl:
         """Every model in the repository or loaded, each version with its state and any failure's reason."""
         on_disk = await asyncio.to_thread(_model_names, self._root) if self._root is not None else []
         rows: list[dict[str, Any]] = []
+        memory = self._manager.memory
+        residency = memory.enabled  # with a memory budget or on-demand models, each row shows its model's
         for name in sorted(set(on_disk) | set(self._manager.models)):
             entry = self._manager.models.get(name)
+            extra = {"residency": memory.status(entry)} if residency and entry is not None else {}
+            if entry is not None and not entry.statuses and entry.residence.on_demand and not entry.problem:
+                reason = "not resident: loads on its first request"
+                rows.append({"name": name, "version": "", "state": "UNLOADED", "reason": reason, **extra})
+                continue
             if entry is None or not entry.statuses:
                 reason = "not loaded" if entry is None else (entry.problem or "unloaded")
-                rows.append({"name": name, "version": "", "state": "UNAVAILABLE", "reason": reason})
+                rows.append({"name": name, "version": "", "state": "UNAVAILABLE", "reason": reason, **extra})
                 continue
             for version, status in sorted(entry.statuses.items()):
                 rows.append(
-                    {"name": name, "version": str(version), "state": status.state.value, "reason": status.reason}
+                    {
+                        "name": name,
+                        "version": str(version),
+                        "state": status.state.value,
+                        "reason": status.reason,
+                        **extra,
+                    }
                 )
         return [r for r in rows if r["state"] == VersionState.READY.value] if ready_only else rows
 

@@ -6,16 +6,18 @@ HTTP and gRPC are thin layers over this one object, so a feature written here wo
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Any
 
 from tensorgate.errors import NotFound, TensorgateError
-from tensorgate.models.manager import ModelManager
+from tensorgate.models.manager import ModelEntry, ModelManager
 from tensorgate.models.model_version import ModelVersion, VersionState
 from tensorgate.models.repository_control import RepositoryControl
 from tensorgate.models.response_cache import statistics_of
 from tensorgate.models.router import ModelRouter
 from tensorgate.models.traffic import TrafficState
 from tensorgate.models.triton_config import triton_config
+from tensorgate.models.version_loader import declared_metadata
 from tensorgate.types import InferRequest, InferResponse, ModelMetadata
 
 SERVER_NAME = "tensorgate"
@@ -59,10 +61,18 @@ class InferenceService:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(self.extensions)}
 
     def metadata(self, name: str, version: int | None) -> ModelMetadata:
-        found = self.router.loaded(name, version)
         entry = self.router.entry(name)
+        if entry.residence.on_demand and not entry.versions and version is None:
+            return declared_metadata(entry.source)  # not resident: what its configuration declares
+        found = self.router.loaded(name, version)
         versions = tuple(sorted(v for v, mv in entry.versions.items() if mv.state is VersionState.READY))
         return found.metadata(versions if version is None else (found.version,))
+
+    def residency(self, name: str) -> dict[str, Any] | None:
+        """The model's memory residency (mode, state, measured bytes) where the server has a memory
+        budget or on-demand models; None otherwise (nothing to show)."""
+        entry = self.router.entry(name)
+        return self.manager.memory.status(entry) if self.manager.memory.enabled else None
 
     def config(self, name: str, version: int | None) -> dict[str, Any]:
         """The version's configuration in Triton's ``model_config`` shape (see ``triton_config``)."""
@@ -132,6 +142,30 @@ class InferenceService:
     async def infer(self, request: InferRequest, traffic_key: str | None = None) -> InferResponse:
         """Route and run one request; ``traffic_key`` is its sticky key (see :meth:`sticky_header`)."""
         entry = self.router.entry(request.model)
+        if entry.residence.on_demand:
+            return await self._infer_on_demand(entry, request, traffic_key)
+        return await self._infer_entry(entry, request, traffic_key)
+
+    async def _infer_on_demand(
+        self, entry: ModelEntry, request: InferRequest, traffic_key: str | None
+    ) -> InferResponse:
+        """As ``infer``, for an on-demand model: a request that finds it not loaded loads it (and waits,
+        within its deadline). Counted as using it throughout, so the memory budget never evicts it
+        from under its request, and its end is the model's last use."""
+        residence = entry.residence
+        residence.active += 1
+        residence.last_used = self._clock.now()
+        try:
+            if not entry.versions and not entry.problem:  # a problem: its config is broken, or unloaded by the API
+                remaining = await self.manager.memory.ensure_loaded(entry, request.timeout_s)
+                if remaining is not None:  # the deadline covers the wait for the load
+                    request = replace(request, timeout_s=remaining)
+            return await self._infer_entry(entry, request, traffic_key)
+        finally:
+            residence.active -= 1
+            residence.last_used = self._clock.now()
+
+    async def _infer_entry(self, entry: ModelEntry, request: InferRequest, traffic_key: str | None) -> InferResponse:
         version = self.router.route_entry(entry, request.model, request.version, traffic_key)
         traffic = entry.traffic
         if traffic is None:
@@ -153,6 +187,15 @@ class InferenceService:
         if shadow is not None and version.version != shadow.version:
             shadow.offer(request, response, self.router.entry(request.model).versions.get(shadow.version))
         return response
+
+    async def route_resident(self, name: str, version: int | None) -> ModelVersion:
+        """The version that serves a request, for a protocol that needs its specs before decoding
+        (V1 rows): an on-demand model that is not loaded is loaded first (within its default
+        timeout; the request's own deadline then applies in ``infer``)."""
+        entry = self.router.entry(name)
+        if entry.residence.on_demand and not entry.versions and not entry.problem:
+            await self.manager.memory.ensure_loaded(entry, None)
+        return self.router.route_entry(entry, name, version)
 
     def count_failure(self, name: str, version: int | None, error: TensorgateError) -> None:
         """Count a request for a loaded model that failed before ``infer`` (e.g. an undecodable body)."""

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from tensorgate.backends.base import LoadSpec
 from tensorgate.backends.registry import missing_runtime
 from tensorgate.clock import Clock
-from tensorgate.config.model_config import DynamicBatching, WarmupSample
+from tensorgate.config.model_config import DynamicBatching, TensorConfig, WarmupSample
 from tensorgate.errors import ModelLoadError
 from tensorgate.instances.base import Instance, InstanceDied
 from tensorgate.instances.factory import create_instance, placements
@@ -29,7 +29,7 @@ from tensorgate.observability.metrics import Metrics
 from tensorgate.observability.tracing import Tracer
 from tensorgate.repository.source import ModelSource, VersionSource
 from tensorgate.scheduling.scheduler import QueueSettings
-from tensorgate.types import Array
+from tensorgate.types import Array, DataType, ModelMetadata, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,29 @@ _PLATFORMS = {
 }
 
 
+def declared_metadata(source: ModelSource) -> ModelMetadata:
+    """The metadata of a model that is not loaded (on demand, not resident): its configuration's
+    declared inputs and outputs (none where it declares none: the model's own are read at load)."""
+
+    def specs(declared: list[TensorConfig] | None) -> tuple[TensorSpec, ...]:
+        found = []
+        for tensor in declared or []:
+            try:
+                found.append(TensorSpec(tensor.name, DataType.parse(tensor.datatype), tuple(tensor.shape)))
+            except ValueError:  # a wrong datatype fails the load, with its reason, when it comes
+                continue
+        return tuple(found)
+
+    return ModelMetadata(
+        name=source.name,
+        versions=(),
+        platform=_PLATFORMS.get(source.backend, source.backend),
+        inputs=specs(source.config.inputs),
+        outputs=specs(source.config.outputs),
+        max_batch_size=source.config.max_batch_size or 0,
+    )
+
+
 def _queue_settings(db: DynamicBatching | None) -> QueueSettings:
     db = db or DynamicBatching()
     return QueueSettings(
@@ -48,6 +71,8 @@ def _queue_settings(db: DynamicBatching | None) -> QueueSettings:
         default_priority=db.default_priority,
         max_queue_size=db.max_queue_size,
         default_timeout_s=None if db.default_timeout_ms is None else db.default_timeout_ms / 1000.0,
+        order=db.order,
+        deadline_admission=db.deadline_admission,
     )
 
 

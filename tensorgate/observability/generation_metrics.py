@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tensorgate.observability.metrics import LATENCY_BUCKETS
+from tensorgate.observability.status_window import StatusWindows
 
 TOKEN_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5)
 
 
+class Incrementing(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class _TokenCounter:
+    """The generated-tokens child, also telling the status window (tokens/s over the last seconds)."""
+
+    __slots__ = ("_child", "_listener")
+
+    def __init__(self, child: Counter, listener: Callable[[float], None]) -> None:
+        self._child = child
+        self._listener = listener
+
+    def inc(self, amount: float = 1) -> None:
+        self._child.inc(amount)
+        self._listener(amount)
+
+
 class GenerationMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, status: StatusWindows | None = None) -> None:
+        self._status = status
         mv = ["model", "version"]
         r = registry
         self.ttft = Histogram(
@@ -45,6 +67,9 @@ class GenerationMetrics:
 
     def for_version(self, model: str, version: int) -> VersionGenerationMetrics:
         v = str(version)
+        generated: Incrementing = self.generated_tokens.labels(model, v)
+        if self._status is not None:
+            generated = _TokenCounter(self.generated_tokens.labels(model, v), self._status.feed(model, v).tokens)
         return VersionGenerationMetrics(
             ttft=self.ttft.labels(model, v),
             tpot=self.tpot.labels(model, v),
@@ -54,7 +79,7 @@ class GenerationMetrics:
             kv_usage=self.kv_usage.labels(model, v),
             preemptions=self.preemptions.labels(model, v),
             prompt_tokens=self.prompt_tokens.labels(model, v),
-            generated_tokens=self.generated_tokens.labels(model, v),
+            generated_tokens=generated,
         )
 
 
@@ -70,4 +95,4 @@ class VersionGenerationMetrics:
     kv_usage: Gauge
     preemptions: Counter
     prompt_tokens: Counter
-    generated_tokens: Counter
+    generated_tokens: Incrementing  # a Counter child (that may also feed the status window)

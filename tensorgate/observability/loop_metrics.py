@@ -5,24 +5,32 @@ about a microsecond per update, and a request makes several. The server's reques
 ever updated on the event-loop thread (schedulers, protocol handlers and instance callbacks all run
 there, and so does the ``/metrics`` scrape), so plain attributes are enough: an update is an
 addition, a histogram observation a short scan of its bounds. ``collect`` builds the exposition at scrape time.
+
+A counter or histogram child may have one ``listener``, told of every increment or observation:
+the status page's last-minute window (``status_window``) is fed that way, from the same calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+Listener = Callable[[float], None]
+
 
 class CounterChild:
-    __slots__ = ("value",)
+    __slots__ = ("listener", "value")
 
     def __init__(self) -> None:
         self.value = 0.0
+        self.listener: Listener | None = None
 
     def inc(self, amount: float = 1.0) -> None:
         self.value += amount
+        if self.listener is not None:
+            self.listener(amount)
 
 
 class GaugeChild:
@@ -42,12 +50,13 @@ class GaugeChild:
 
 
 class HistogramChild:
-    __slots__ = ("bounds", "counts", "sum")
+    __slots__ = ("bounds", "counts", "listener", "sum")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # the last slot is +Inf
         self.sum = 0.0
+        self.listener: Listener | None = None
 
     def observe(self, value: float) -> None:
         # A scan from the smallest bucket, not a bisect: request durations land in the first few,
@@ -59,16 +68,20 @@ class HistogramChild:
             index += 1
         self.counts[index] += 1
         self.sum += value
+        if self.listener is not None:
+            self.listener(value)
 
 
 class NullCounterChild(CounterChild):
     """A child of a family that records nothing (metrics off): the same type, so callers bind
-    children once and call them directly either way."""
+    children once and call them directly either way. A listener still hears (the status page
+    works without the metrics port)."""
 
     __slots__ = ()
 
     def inc(self, amount: float = 1.0) -> None:
-        pass
+        if self.listener is not None:
+            self.listener(amount)
 
 
 class NullGaugeChild(GaugeChild):
@@ -88,7 +101,8 @@ class NullHistogramChild(HistogramChild):
     __slots__ = ()
 
     def observe(self, value: float) -> None:
-        pass
+        if self.listener is not None:
+            self.listener(value)
 
 
 Child = TypeVar("Child", CounterChild, GaugeChild, HistogramChild)

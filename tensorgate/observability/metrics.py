@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
+from tensorgate.clock import Clock, MonotonicClock
 from tensorgate.errors import OUTCOME_BY_CODE
 from tensorgate.observability.gpu import register_gpu_metrics
 from tensorgate.observability.loop_metrics import (
@@ -25,6 +26,7 @@ from tensorgate.observability.loop_metrics import (
     HistogramChild,
     LoopCollector,
 )
+from tensorgate.observability.status_window import StatusWindows
 from tensorgate.observability.worker_metrics import WorkerCollector
 
 if TYPE_CHECKING:
@@ -54,17 +56,26 @@ BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
 LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # The largest absolute difference between a shadow's outputs and the served ones: 0 to large.
 DIFFERENCE_BUCKETS = (0.0, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0)
-# Every outcome a request can end with: success, queue_full, and each reason of the error table.
-OUTCOMES = ("success", "queue_full", *dict.fromkeys(OUTCOME_BY_CODE.values()))
+# Every outcome a request can end with: success, queue_full, deadline_refused (refused at admission
+# for a deadline it could not meet), and each reason of the error table.
+OUTCOMES = ("success", "queue_full", "deadline_refused", *dict.fromkeys(OUTCOME_BY_CODE.values()))
 
 
 class Metrics:
     """Every metric family the server exports. ``enabled=False`` records nothing (no metrics port)."""
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, *, process: bool = True, enabled: bool = True
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        process: bool = True,
+        enabled: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        # The last minute of every version, for the status page: fed by the children for_version
+        # binds, so it hears exactly what the families count (and keeps counting with metrics off).
+        self.status = StatusWindows(clock if clock is not None else MonotonicClock())
         self.enabled = enabled
         self.workers = WorkerCollector()
         if process and enabled:
@@ -189,6 +200,40 @@ class Metrics:
                 ["model"],
             )
         )
+        self.residency_loads = r(
+            Counter(
+                "tensorgate_model_residency_loads",
+                "Loads of on-demand models on a request (cold starts), by outcome "
+                "(loaded, failed, no_room, too_large).",
+                ["model", "outcome"],
+            )
+        )
+        self.residency_evictions = r(
+            Counter(
+                "tensorgate_model_evictions",
+                "On-demand models unloaded to make room within server.memory_budget_bytes.",
+                ["model"],
+            )
+        )
+        self.cold_start_seconds = r(
+            Histogram(
+                "tensorgate_model_cold_start_duration_seconds",
+                "From a request finding an on-demand model not resident to the model READY "
+                "(evictions, load and warm-up).",
+                ["model"],
+                buckets=LOAD_BUCKETS,
+            )
+        )
+        self.resident_bytes = r(
+            Gauge(
+                "tensorgate_model_resident_bytes",
+                "Memory a model's loaded versions hold, as measured at their loads (0 once unloaded).",
+                ["model"],
+            )
+        )
+        self.memory_budget_bytes = r(
+            Gauge("tensorgate_memory_budget_bytes", "server.memory_budget_bytes (absent: no budget).", [])
+        )
         self.traffic_share = r(
             Gauge(
                 "tensorgate_traffic_share",
@@ -259,20 +304,30 @@ class Metrics:
         if self._generation is None:
             from tensorgate.observability.generation_metrics import GenerationMetrics
 
-            self._generation = GenerationMetrics(self.registry)
+            self._generation = GenerationMetrics(self.registry, self.status)
         return self._generation
 
     def for_version(self, model: str, version: int) -> VersionMetrics:
         v = str(version)
+        # Every request's outcome and duration, and every batch's size, reach the status window
+        # through these children: the one place they are bound, whoever records them.
+        feed = self.status.feed(model, v)
+        outcomes = {o: self.requests.labels(model, v, o) for o in OUTCOMES}
+        for name, child in outcomes.items():
+            child.listener = feed.outcome_listener(name)
+        request_seconds = self.request_seconds.labels(model, v)
+        request_seconds.listener = feed.latency
+        batch_size = self.batch_size.labels(model, v)
+        batch_size.listener = feed.batch
         return VersionMetrics(
             metrics=self,
             model=model,
             version=v,
-            outcomes={o: self.requests.labels(model, v, o) for o in OUTCOMES},
-            request_seconds=self.request_seconds.labels(model, v),
+            outcomes=outcomes,
+            request_seconds=request_seconds,
             queue_seconds=self.queue_seconds.labels(model, v),
             compute_seconds=self.compute_seconds.labels(model, v),
-            batch_size=self.batch_size.labels(model, v),
+            batch_size=batch_size,
             executions=self.executions.labels(model, v),
             retries=self.retries.labels(model, v),
         )

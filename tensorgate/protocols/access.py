@@ -27,4 +27,8 @@ def http_access(parts: list[str]) -> Access:
             return "health"
         if parts[1] == "repository":
             return "admin"
+        if parts[1] == "status" and len(parts) == 2:
+            return "metrics"
+    if parts == [""] or parts == ["status"]:  # the status page: what the metrics port shows, on one page
+        return "metrics"
     return "infer"

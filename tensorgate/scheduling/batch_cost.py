@@ -53,6 +53,7 @@ class BatchCost:
         self._admitted = 0  # rows admitted since the last fit
         self._fitted_at: float | None = None
         self.fixed_s: float | None = None  # the last fit's fixed cost per call (None: no usable fit)
+        self.per_row_s: float | None = None  # and its cost per row
         self.rate: float | None = None  # rows admitted per second between the last two fits
 
     def admitted(self, rows: int) -> None:
@@ -91,7 +92,7 @@ class BatchCost:
     def _refit(self) -> None:
         points = [(rows, mean.seconds, min(mean.count, 1 / SMOOTHING)) for rows, mean in self._sizes.items()]
         points = [p for p in points if p[2] >= MIN_SAMPLES]
-        self.fixed_s = None
+        self.fixed_s = self.per_row_s = None
         if len(points) < 2:
             return
         total = sum(w for _, _, w in points)
@@ -106,3 +107,19 @@ class BatchCost:
         if per_row <= 0 or one_row <= 0:  # bigger batches no dearer: batching is all gain
             return
         self.fixed_s = max(0.0, fixed)
+        self.per_row_s = per_row
+
+    def cost(self, rows: int) -> float | None:
+        """The expected seconds of one execution of ``rows`` rows; None while too little is known.
+
+        The fitted line where there is one; else the mean of the nearest batch size seen
+        ``MIN_SAMPLES`` times (a model that never batches sees only one size), scaled up in
+        proportion for more rows than it had and kept for fewer: an estimate that errs long.
+        """
+        if self.fixed_s is not None and self.per_row_s is not None:
+            return self.fixed_s + self.per_row_s * rows
+        known = [(size, mean.seconds) for size, mean in self._sizes.items() if mean.count >= MIN_SAMPLES]
+        if not known:
+            return None
+        size, seconds = min(known, key=lambda k: abs(k[0] - rows))
+        return seconds * rows / size if rows > size else seconds

@@ -26,6 +26,8 @@ class Pending:
     # The model raised on this request's first attempt (a Fault shared by that batch's requests): if
     # another instance then answers it, the failure was the first instance's, not the input's.
     fault: Any = None
+    # Its place in a fair queue: the virtual time its tenant's turn starts (queue_order.FairLevel).
+    tag: float = 0.0
 
     def __init__(
         self,
@@ -52,6 +54,7 @@ class Pending:
         self.failed_on = failed_on
         self.dispatched_at = dispatched_at
         self.fault = None
+        self.tag = 0.0
 
 
 class Fault:

@@ -1,27 +1,38 @@
 """The per-version request queue: priority levels, bounded admission, deadline expiry.
 
+Within a level the order is the level's own (``scheduling.queue_order``): fair between tenants
+(``dynamic_batching.order: fifo``, which is FIFO for one tenant), or earliest deadline first
+(``order: deadline``). A tenant with a ``max_queued`` is refused past it while others are not.
+
 Pure: no I/O, no clock of its own (``now`` is an argument), no asyncio. Tested with hypothesis.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 
 from tensorgate.errors import QueueFull
 from tensorgate.scheduling.pending import Pending
+from tensorgate.scheduling.queue_order import DeadlineLevel, FairLevel, Level
+from tensorgate.types import Tenant
 
 RETRY_AFTER_S = 1.0
+ORDERS = ("fifo", "deadline")
 
 
 class RequestQueue:
-    def __init__(self, priority_levels: int, max_size: int) -> None:
+    def __init__(self, priority_levels: int, max_size: int, order: str = "fifo") -> None:
         if priority_levels < 1 or max_size < 1:
             raise ValueError("priority_levels and max_size are positive")
-        self._levels: list[deque[Pending]] = [deque() for _ in range(priority_levels)]
+        if order not in ORDERS:
+            raise ValueError(f"order is one of {', '.join(ORDERS)}")
+        level: type[Level] = DeadlineLevel if order == "deadline" else FairLevel
+        self._levels: list[Level] = [level() for _ in range(priority_levels)]
         self.max_size = max_size
+        self.order = order
         self._size = 0
         self._next_deadline: float | None = None
+        self._tenant_counts: dict[str, int] = {}  # only tenants with a max_queued of their own
 
     def __len__(self) -> int:
         return self._size
@@ -34,32 +45,53 @@ class RequestQueue:
         return len(self._levels)
 
     def admit(self, item: Pending) -> None:
-        """Enqueue at the back of its level, or raise QueueFull at once (never block)."""
+        """Enqueue at its place in its level, or raise QueueFull at once (never block)."""
         if self._size >= self.max_size:
             raise QueueFull(
                 f"model '{item.request.model}' queue is full ({self.max_size} requests waiting); retry later",
                 retry_after_s=RETRY_AFTER_S,
             )
-        self._levels[item.priority - 1].append(item)
+        tenant = item.request.tenant
+        if tenant.max_queued is not None:
+            waiting = self._tenant_counts.get(tenant.name, 0)
+            if waiting >= tenant.max_queued:
+                raise QueueFull(
+                    f"tenant '{tenant.name}' has {waiting} requests waiting for model '{item.request.model}', "
+                    f"its max_queued; retry later",
+                    retry_after_s=RETRY_AFTER_S,
+                )
+            self._tenant_counts[tenant.name] = waiting + 1
+        self._levels[item.priority - 1].push(item)
+        self._joined(item)
+
+    def requeue_front(self, item: Pending) -> None:
+        """Put a request whose instance failed back ahead in its level (retries skip admission)."""
+        tenant = item.request.tenant
+        if tenant.max_queued is not None:
+            self._tenant_counts[tenant.name] = self._tenant_counts.get(tenant.name, 0) + 1
+        self._levels[item.priority - 1].push_front(item)
+        self._joined(item)
+
+    def _joined(self, item: Pending) -> None:
         self._size += 1
         if item.deadline is not None and (self._next_deadline is None or item.deadline < self._next_deadline):
             self._next_deadline = item.deadline
 
-    def requeue_front(self, item: Pending) -> None:
-        """Put a request whose instance failed back at the head of its level (retries skip admission)."""
-        self._levels[item.priority - 1].appendleft(item)
-        self._size += 1
-        if item.deadline is not None and (self._next_deadline is None or item.deadline < self._next_deadline):
-            self._next_deadline = item.deadline
+    def _left(self, item: Pending) -> None:
+        self._size -= 1
+        tenant = item.request.tenant
+        if tenant.max_queued is not None:
+            left = self._tenant_counts[tenant.name] - 1
+            if left:
+                self._tenant_counts[tenant.name] = left
+            else:
+                del self._tenant_counts[tenant.name]
 
     def remove(self, item: Pending) -> bool:
         """Drop a request (its client went away). False when it is no longer queued."""
-        level = self._levels[item.priority - 1]
-        try:
-            level.remove(item)
-        except ValueError:
+        if not self._levels[item.priority - 1].remove(item):
             return False
-        self._size -= 1
+        self._left(item)
         return True
 
     def expire(self, now: float) -> list[Pending]:
@@ -67,24 +99,14 @@ class RequestQueue:
         if self._next_deadline is None or now < self._next_deadline:
             return []
         expired: list[Pending] = []
-        next_deadline: float | None = None
-        for index, level in enumerate(self._levels):
-            if not any(p.deadline is not None and p.deadline <= now for p in level):
-                for p in level:
-                    if p.deadline is not None and (next_deadline is None or p.deadline < next_deadline):
-                        next_deadline = p.deadline
-                continue
-            kept: deque[Pending] = deque()
-            for p in level:
-                if p.deadline is not None and p.deadline <= now:
-                    expired.append(p)
-                else:
-                    kept.append(p)
-                    if p.deadline is not None and (next_deadline is None or p.deadline < next_deadline):
-                        next_deadline = p.deadline
-            self._levels[index] = kept
-        self._size -= len(expired)
-        self._next_deadline = next_deadline
+        for level in self._levels:
+            expired.extend(level.drop_expired(now))
+        for item in expired:
+            self._left(item)
+        self._next_deadline = min(
+            (p.deadline for p in self.in_order() if p.deadline is not None),
+            default=None,
+        )
         return expired
 
     @property
@@ -92,14 +114,18 @@ class RequestQueue:
         return self._next_deadline
 
     def in_order(self) -> Iterator[Pending]:
-        """Highest priority first, FIFO within a level: the order of dispatch."""
+        """Highest priority first, each level in its own order: the order of dispatch."""
         for level in self._levels:
             yield from level
 
     def take(self, items: list[Pending]) -> None:
         """Remove ``items``, which are a prefix of ``in_order()``."""
         for item in items:
-            level = self._levels[item.priority - 1]
-            head = level.popleft()
-            assert head is item, "take() expects a prefix of in_order()"
-        self._size -= len(items)
+            self._levels[item.priority - 1].pop(item)
+            self._left(item)
+
+    def rows_ahead(self, priority: int, tenant: Tenant, deadline: float | None) -> int:
+        """The waiting rows that would be dispatched before a request of ``tenant`` admitted now at
+        ``priority`` with ``deadline``: every row of the levels above, and those ahead in its own."""
+        above = sum(p.rows for level in self._levels[: priority - 1] for p in level)
+        return above + self._levels[priority - 1].rows_ahead(tenant, deadline)

@@ -29,6 +29,7 @@ from tensorgate.errors import (
     QueueFull,
     TensorgateError,
     Unavailable,
+    WouldMissDeadline,
 )
 from tensorgate.instances.base import Instance, InstanceDied, ModelFailed
 from tensorgate.instances.batch_tensors import split_outputs
@@ -39,6 +40,7 @@ from tensorgate.observability.trace_context import sampled
 from tensorgate.observability.tracing import NOOP_BATCH, NOOP_TRACER, BatchSpan, Tracer
 from tensorgate.scheduling.batch_cost import BatchCost
 from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, decide
+from tensorgate.scheduling.deadline_admission import completion_estimate
 from tensorgate.scheduling.pending import Fault, Pending
 from tensorgate.scheduling.request_queue import RequestQueue
 from tensorgate.types import Array, InferRequest, InferResponse
@@ -54,6 +56,8 @@ class QueueSettings:
     default_priority: int | None = None  # None: the lowest level
     max_queue_size: int = 1024
     default_timeout_s: float | None = None
+    order: str = "fifo"  # within a level: fifo (fair between tenants) or deadline (request_queue.ORDERS)
+    deadline_admission: bool = False  # refuse at once what cannot meet its deadline (deadline_admission.py)
 
 
 @dataclass(slots=True)
@@ -104,7 +108,7 @@ class Scheduler:
         self._pool = pool
         self._batch = batch
         self._queue_settings = queue
-        self._queue = RequestQueue(queue.priority_levels, queue.max_queue_size)
+        self._queue = RequestQueue(queue.priority_levels, queue.max_queue_size, queue.order)
         self._clock = clock
         self._metrics = metrics
         # The metric children themselves, bound once: every request ends with an outcome and two
@@ -123,7 +127,10 @@ class Scheduler:
         self._closed = False
         self._pump_scheduled = False
         self.stats = VersionStats()
-        self.batch_cost = BatchCost() if batch.batching and batch.adaptive_delay else None
+        # The measured cost line: what the adaptive batching window and deadline admission judge by.
+        self._adaptive = batch.batching and batch.adaptive_delay
+        self._deadline_admission = queue.deadline_admission
+        self.batch_cost = BatchCost() if self._adaptive or self._deadline_admission else None
         self.health: HealthMonitor | None = None  # set once the version serves: hears how batches end
 
     # -- admission -----------------------------------------------------------------------------
@@ -160,9 +167,14 @@ class Scheduler:
             future=loop.create_future(),
         )
         try:
+            if deadline is not None and self._deadline_admission:
+                self._check_deadline(item, deadline - now)
             self._admit(item)
         except QueueFull:
             self._refused("queue_full")
+            raise
+        except WouldMissDeadline:
+            self._refused("deadline_refused")
             raise
         self._inflight_gauges[priority - 1].inc()
         if self.batch_cost is not None:
@@ -210,6 +222,26 @@ class Scheduler:
         except QueueFull:
             self._pump()
             self._queue.admit(item)
+
+    def _check_deadline(self, item: Pending, remaining: float) -> None:
+        """Raise WouldMissDeadline when the work ahead of ``item`` cannot be done in ``remaining`` seconds."""
+        assert self.batch_cost is not None
+        ahead = self._queue.rows_ahead(item.priority, item.request.tenant, item.deadline)
+        max_rows = self._batch.max_rows if self._batch.batching else 1
+        estimate = completion_estimate(
+            ahead,
+            item.rows,
+            max_rows,
+            self._pool.idle_count() + self._pool.busy_count(),
+            len(self._running),
+            self.batch_cost.cost,
+        )
+        if estimate is not None and estimate > remaining:
+            raise WouldMissDeadline(
+                f"request to model '{self.model}' cannot finish within its deadline of {remaining * 1000:.0f} ms: "
+                f"{ahead} rows are queued ahead of it, about {estimate * 1000:.0f} ms of work; retry later",
+                retry_after_s=estimate - remaining,
+            )
 
     def _refused(self, outcome: str) -> None:
         """A request turned away at admission: a failure in the metrics and in the statistics
@@ -278,7 +310,7 @@ class Scheduler:
                 waited_ms = ((item.deadline or now) - item.arrival) * 1000
                 message = f"request to model '{self.model}' exceeded its deadline of {waited_ms:.0f} ms in the queue"
                 settle(item.future, DeadlineExceeded(message))
-            hold_below = math.inf if self.batch_cost is None else self.batch_cost.hold_below_rows
+            hold_below = math.inf if self.batch_cost is None or not self._adaptive else self.batch_cost.hold_below_rows
             while True:
                 decision = decide(
                     self._queue, self._batch, now, self._pool.idle_count(), self._pool.busy_count(), hold_below

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import grpc
@@ -44,10 +44,11 @@ from tensorgate.protocols.shared_memory import (
     is_local_peer,
     region_owner,
 )
+from tensorgate.protocols.tenancy import Tenancy
 from tensorgate.repository.names import check_model_name
 from tensorgate.security.gate import Gate
 from tensorgate.security.identity import Identity
-from tensorgate.types import InferRequest
+from tensorgate.types import SHARED_TENANT, InferRequest
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class GrpcSettings:
     access: AccessLog | None = None  # the server's access log, shared with HTTP
     gate: Gate | None = None  # the transport authenticated the call; a model-limited caller is checked here
     shared_memory: SharedMemoryRegions | None = None  # shared with HTTP: a region registered on one serves both
+    tenancy: Tenancy = field(default_factory=Tenancy.off)  # who each call is queued for (fair sharing)
 
 
 def _metadata(context: Any) -> dict[str, str]:
@@ -307,7 +309,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             if message.model_name and _well_formed(message.model_version):
                 self._service.count_failure(message.model_name, codec.optional_version(message.model_version), exc)
             raise
-        request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent)
+        tenancy = self._settings.tenancy
+        tenant = (
+            tenancy.resolve(_identity(context), _metadata(context).get(tenancy.metadata_key))
+            if tenancy.enabled
+            else SHARED_TENANT
+        )
+        request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent, tenant=tenant)
         sticky = self._service.sticky_header(request.model)
         key = None if sticky is None else _metadata(context).get(sticky)
         response = await self._service.infer(request, key)

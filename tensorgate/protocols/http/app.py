@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -28,7 +28,9 @@ from tensorgate.errors import (
     UnsupportedMedia,
 )
 from tensorgate.models.service import InferenceService
+from tensorgate.models.status import StatusReport
 from tensorgate.observability.access_log import AccessLog
+from tensorgate.observability.status_page import status_page
 from tensorgate.observability.trace_context import sampled
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.protocols.access import http_access
@@ -54,11 +56,12 @@ from tensorgate.protocols.shared_memory import (
     is_local_peer,
     region_owner,
 )
+from tensorgate.protocols.tenancy import Tenancy
 from tensorgate.repository.names import check_model_name, parse_version
 from tensorgate.security.gate import Gate
 from tensorgate.security.hosts import HostAllowlist
 from tensorgate.security.identity import Identity
-from tensorgate.types import InferRequest, InferResponse, TensorSpec
+from tensorgate.types import SHARED_TENANT, InferRequest, InferResponse, TensorSpec
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -69,6 +72,7 @@ Scope = dict[str, Any]
 _JSON = (b"content-type", b"application/json")
 _NO_ATTRIBUTES: dict[str, str] = {}
 _BINARY = (b"content-type", b"application/octet-stream")
+_NO_STORE = (b"cache-control", b"no-store")
 _CLOSE = (b"connection", b"close")
 # Content types a client may send a body as; anything else (pickle, forms of code) is refused with 415.
 _ACCEPTED_TYPES = frozenset(
@@ -91,6 +95,7 @@ class _WrongMethod(MethodNotAllowed):
 class HttpSettings:
     max_body_bytes: int
     limits: DecodeLimits
+    tenancy: Tenancy = field(default_factory=Tenancy.off)
 
 
 @dataclass(slots=True)
@@ -154,6 +159,7 @@ class HttpApp:
         gate: Gate | None = None,
         hosts: HostAllowlist | None = None,
         shared_memory: SharedMemoryRegions | None = None,
+        status: StatusReport | None = None,
     ) -> None:
         self._gate = gate if gate is not None else Gate(clock)  # without one: only admin keys are asked for
         self._hosts = hosts if hosts is not None else HostAllowlist(None)
@@ -166,6 +172,16 @@ class HttpApp:
         self._access_log = access if access is not None else AccessLog(enabled=False)
         self._ids = RequestIds()
         self._openapi = openapi_json()  # GET /openapi.json, read once here at startup
+        self._status = status if status is not None else StatusReport(service, clock)  # GET /v2/status
+        page = status_page()  # GET / and /status: the live status page, read once here too
+        self._status_page = page.body
+        self._status_page_headers = [
+            (b"content-type", b"text/html; charset=utf-8"),
+            (b"content-security-policy", page.content_security_policy.encode()),
+            (b"x-frame-options", b"DENY"),
+            (b"referrer-policy", b"no-referrer"),
+            _NO_STORE,
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -231,6 +247,9 @@ class HttpApp:
         elif head == "openapi.json" and len(parts) == 1:  # behind the same gate as the metadata routes
             self._only(call, "GET")
             await self._send(call, send, 200, self._openapi, [_JSON])
+        elif head in ("", "status") and len(parts) == 1:  # the live status page (metrics role)
+            self._only(call, "GET")
+            await self._send(call, send, 200, self._status_page, self._status_page_headers)
         else:
             raise NotFound(f"no route for {call.path[:200]}")
 
@@ -269,6 +288,10 @@ class HttpApp:
             await self._repository_route(call, parts[1:], receive, send)
         elif parts[0] in ("systemsharedmemory", "cudasharedmemory"):
             await self._shared_memory_route(call, parts, receive, send)
+        elif parts[0] == "status" and n == 1:  # what the status page polls (metrics role)
+            self._only(call, "GET")
+            visible = None if call.identity is None else call.identity.models
+            await self._send(call, send, 200, dumps(self._status.document(visible)), [_JSON, _NO_STORE])
         else:
             raise NotFound(f"no route for {call.path[:200]}")
 
@@ -301,7 +324,11 @@ class HttpApp:
         action = rest[0] if len(rest) == 1 else ("" if not rest else None)
         if action == "":
             self._only(call, "GET")
-            await self._json(call, send, 200, self._service.metadata(name, version).to_v2())
+            document = self._service.metadata(name, version).to_v2()
+            residency = self._service.residency(name)
+            if residency is not None:  # an extension field: V2 clients read the fields they know
+                document["residency"] = residency
+            await self._json(call, send, 200, document)
         elif action == "ready":
             self._only(call, "GET")
             await self._empty(call, send, 200 if self._service.model_ready(name, version) else 400)
@@ -395,7 +422,10 @@ class HttpApp:
     def _check_known(self, name: str, version: int | None) -> None:
         """404 for an unknown model or version before any of the body is read or decoded."""
         entry = self._service.router.entry(name)
-        if version is not None and version not in entry.versions and version not in entry.statuses:
+        known = version is None or version in entry.versions or version in entry.statuses
+        if not known and entry.residence.on_demand:  # not resident: the versions it would load
+            known = any(v.version == version for v in entry.source.versions)
+        if not known:
             raise NotFound(f"unknown version {version} of model '{name}'")
 
     async def _infer_v2(self, call: Call, name: str, version: int | None, receive: Receive, send: Send) -> None:
@@ -431,7 +461,7 @@ class HttpApp:
     async def _predict_v1(self, call: Call, name: str, version: int | None, receive: Receive, send: Send) -> None:
         self._check_known(name, version)
         body = await self._body(call, receive)
-        target = self._service.router.route(name, version)
+        target = await self._service.route_resident(name, version)
         specs, batched, limits = target.specs.inputs, target.specs.max_batch_size > 0, self._settings.limits
         try:
             if len(body) > _OFFLOAD_BYTES:
@@ -449,6 +479,11 @@ class HttpApp:
         then encode the answer: both inside the request's span, the encoding as its own child span."""
         if not request.request_id:  # decoders that cannot carry the ids (V1) get them here
             request = _with_ids(request, call)
+        tenancy = self._settings.tenancy
+        if tenancy.enabled:
+            tenant = tenancy.resolve(call.identity, call.headers.get(tenancy.header_key))
+            if tenant is not SHARED_TENANT:
+                request = replace(request, tenant=tenant)
         task = asyncio.current_task()
         assert task is not None
         tracer = self._tracer

@@ -1,0 +1,159 @@
+"""The order within a priority level: weighted fair between tenants (start-time fair queuing), or
+earliest deadline first; per-tenant bounds; and the rows ahead that deadline admission counts."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorgate.errors import QueueFull
+from tensorgate.scheduling.pending import Pending
+from tensorgate.scheduling.request_queue import RequestQueue
+from tensorgate.types import InferRequest, Tenant
+
+TENANTS = {name: Tenant(name) for name in "abcd"}
+
+
+def pending(tenant: Tenant, arrival: float, rows: int = 1, deadline: float | None = None) -> Pending:
+    return Pending(
+        request=InferRequest(model="m", inputs={}, id=f"{tenant.name}{arrival}", tenant=tenant),
+        rows=rows,
+        shape_key=(),
+        priority=1,
+        arrival=arrival,
+        deadline=deadline,
+    )
+
+
+def drain(queue: RequestQueue, count: int | None = None) -> list[Pending]:
+    """Dispatch one request at a time from the head, as a batch of one leaves."""
+    out: list[Pending] = []
+    while len(queue) and (count is None or len(out) < count):
+        head = next(queue.in_order())
+        queue.take([head])
+        out.append(head)
+    return out
+
+
+# An arrival sequence: (tenant, rows) pairs, interleaved with dispatches (None).
+events = st.lists(st.one_of(st.none(), st.tuples(st.sampled_from("abcd"), st.integers(1, 4))), max_size=80)
+
+
+@settings(max_examples=200)
+@given(events)
+def test_every_request_leaves_once_and_each_tenant_in_its_own_arrival_order(script: list[tuple[str, int] | None]) -> None:
+    queue = RequestQueue(priority_levels=1, max_size=1000)
+    admitted: list[Pending] = []
+    left: list[Pending] = []
+    for step, event in enumerate(script):
+        if event is None:
+            left.extend(drain(queue, 1))
+        else:
+            item = pending(TENANTS[event[0]], float(step), event[1])
+            queue.admit(item)
+            admitted.append(item)
+    left.extend(drain(queue))
+    assert len(queue) == 0
+    assert sorted(map(id, left)) == sorted(map(id, admitted))  # conservation
+    for name in "abcd":
+        mine = [p.arrival for p in left if p.request.tenant.name == name]
+        assert mine == sorted(mine)  # FIFO within a tenant
+
+
+@settings(max_examples=200)
+@given(st.integers(1, 60), st.integers(1, 4), st.integers(1, 4))
+def test_a_tenant_arriving_behind_a_burst_waits_one_turn_not_the_burst(burst: int, rows: int, late_rows: int) -> None:
+    queue = RequestQueue(priority_levels=1, max_size=1000)
+    for index in range(burst):
+        queue.admit(pending(TENANTS["a"], float(index), rows))
+    late = pending(TENANTS["b"], float(burst), late_rows)
+    queue.admit(late)
+    order = drain(queue)
+    # Ahead of it: at most the flooder's request in service when it came, and one more turn.
+    assert order.index(late) <= 1
+
+
+@settings(max_examples=100)
+@given(st.integers(1, 5), st.integers(1, 5), st.integers(10, 60))
+def test_backlogged_tenants_are_served_in_proportion_to_their_weights(wa: int, wb: int, turns: int) -> None:
+    a, b = Tenant("a", float(wa)), Tenant("b", float(wb))
+    queue = RequestQueue(priority_levels=1, max_size=10_000)
+    for index in range(200):
+        queue.admit(pending(a, float(index)))
+        queue.admit(pending(b, float(index)))
+    served = Counter(p.request.tenant.name for p in drain(queue, turns))
+    # Start-time fair queuing: each tenant's service stays within one request (over its weight)
+    # of its share, so the counts differ from the proportion by at most a request or two.
+    share_a = turns * wa / (wa + wb)
+    assert abs(served["a"] - share_a) <= 2
+
+
+def test_an_idle_tenant_saves_up_no_credit() -> None:
+    queue = RequestQueue(priority_levels=1, max_size=100)
+    for index in range(10):  # b is alone for a while: it is served, and gains nothing over a newcomer
+        queue.admit(pending(TENANTS["b"], float(index)))
+    drain(queue, 10)
+    for index in range(10):
+        queue.admit(pending(TENANTS["a"], 10.0 + index))
+        queue.admit(pending(TENANTS["b"], 10.5 + index))
+    first = [p.request.tenant.name for p in drain(queue, 10)]
+    assert first.count("a") == first.count("b") == 5
+
+
+def test_a_tenant_over_its_max_queued_is_refused_alone() -> None:
+    bounded = Tenant("noisy", max_queued=2)
+    queue = RequestQueue(priority_levels=1, max_size=100)
+    queue.admit(pending(bounded, 0.0))
+    queue.admit(pending(bounded, 1.0))
+    with pytest.raises(QueueFull, match="tenant 'noisy' has 2 requests waiting") as refused:
+        queue.admit(pending(bounded, 2.0))
+    assert refused.value.http_status == 503 and refused.value.retry_after_s is not None
+    queue.admit(pending(TENANTS["a"], 3.0))  # others still get in
+    drain(queue, 1)
+    queue.admit(pending(bounded, 4.0))  # and so does it again, once one of its own has left
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.floats(0, 100)), st.integers(1, 3)), max_size=40))
+def test_deadline_order_dispatches_earliest_deadline_first(entries: list[tuple[float | None, int]]) -> None:
+    queue = RequestQueue(priority_levels=1, max_size=1000, order="deadline")
+    for index, (deadline, rows) in enumerate(entries):
+        queue.admit(pending(TENANTS["abcd"[index % 4]], float(index), rows, deadline))
+    deadlines = [math.inf if p.deadline is None else p.deadline for p in drain(queue)]
+    assert deadlines == sorted(deadlines)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 4), st.floats(0, 50)), max_size=30),
+    st.sampled_from(["fifo", "deadline"]),
+    st.sampled_from("abc"),
+    st.floats(0, 50),
+)
+def test_rows_ahead_is_what_leaves_before_the_request(
+    queued: list[tuple[str, int, float]], order: str, name: str, deadline: float
+) -> None:
+    queue = RequestQueue(priority_levels=1, max_size=1000, order=order)
+    for index, (tenant, rows, due) in enumerate(queued):
+        queue.admit(pending(TENANTS[tenant], float(index), rows, due))
+    expected = queue.rows_ahead(1, TENANTS[name], deadline)
+    item = pending(TENANTS[name], 1000.0, 1, deadline)
+    queue.admit(item)
+    order_out = drain(queue)
+    assert sum(p.rows for p in order_out[: order_out.index(item)]) == expected
+
+
+def test_expiry_keeps_the_fair_order_of_the_rest() -> None:
+    queue = RequestQueue(priority_levels=1, max_size=100)
+    queue.admit(pending(TENANTS["a"], 0.0, deadline=5.0))
+    queue.admit(pending(TENANTS["a"], 1.0))
+    queue.admit(pending(TENANTS["b"], 2.0, deadline=50.0))
+    expired = queue.expire(10.0)
+    assert [p.arrival for p in expired] == [0.0]
+    assert queue.next_deadline == 50.0
+    # a's expired request had taken a's first turn: b's turn comes before a's second.
+    assert [p.arrival for p in drain(queue)] == [2.0, 1.0]
