@@ -58,7 +58,15 @@ class Run:
 
 
 def bench(
-    url: str, model: str, protocol: str, load: Sequence[str], seconds: float, *, key: str | None, ca: Path | None
+    url: str,
+    model: str,
+    protocol: str,
+    load: Sequence[str],
+    seconds: float,
+    *,
+    key: str | None,
+    ca: Path | None,
+    tenant: str | None = None,
 ) -> Run:
     """One run of ``tensorgate bench``, read back from its JSON report."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -67,6 +75,7 @@ def bench(
         command += ["-z", f"{seconds:g}s", "--warmup", "0.5s", "--json", str(report)]
         command += [] if key is None else ["--api-key", key]
         command += [] if ca is None else ["--cacert", str(ca)]
+        command += [] if tenant is None else ["--tenant", tenant]
         done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
         if done.returncode not in (0, 1) or not report.exists():
             raise RuntimeError(f"tensorgate bench failed ({done.returncode}):\n{done.stderr[-4000:]}")

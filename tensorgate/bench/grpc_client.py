@@ -260,7 +260,7 @@ class GrpcConnection(asyncio.Protocol):
 async def connect(endpoint: Endpoint) -> GrpcConnection:
     """A connection to ``endpoint``: over TLS (ALPN h2) where it says so, its credential in every call."""
     tls = endpoint.ssl_context("h2")
-    metadata = tuple((name.lower(), value) for name, value in endpoint.auth_headers)
+    metadata = tuple((name.lower(), value) for name, value in endpoint.request_headers)
     scheme = "https" if tls else "http"
     _, protocol = await asyncio.get_running_loop().create_connection(
         lambda: GrpcConnection(endpoint.authority, scheme, metadata),

@@ -27,7 +27,7 @@ def http_metadata(endpoint: Endpoint, model: str, version: str | None, timeout_s
     url = f"{scheme}://{endpoint.authority}{model_path(endpoint, 'v2', model, version)}"
     verify = endpoint.ssl_context("http/1.1") or True
     try:
-        response = httpx.get(url, timeout=timeout_s, headers=dict(endpoint.auth_headers), verify=verify)
+        response = httpx.get(url, timeout=timeout_s, headers=dict(endpoint.request_headers), verify=verify)
     except httpx.HTTPError as exc:
         raise RuntimeError(f"cannot fetch model metadata from {url}: {exc}") from exc
     if response.status_code != 200:

@@ -91,6 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--prompt", default=DEFAULT_PROMPT, help="OpenAI protocols: the prompt")
     data.add_argument("--max-tokens", type=int, default=64, help="OpenAI protocols: tokens to generate")
     data.add_argument("--api-key", help="an API key or token, sent as 'Authorization: Bearer' (gRPC metadata too)")
+    data.add_argument("--tenant", help="the tenant to queue as, sent as 'X-Tenant' (gRPC metadata too): fair sharing")
     data.add_argument("--cacert", type=Path, help="the CA of an https:// or grpcs:// server (default: the system's)")
     out = parser.add_argument_group("report")
     out.add_argument(
@@ -175,7 +176,9 @@ def _bench(args: argparse.Namespace) -> int:
     grpc = is_grpc(args.protocol)
     args.url = args.url or ("127.0.0.1:8081" if grpc else "http://127.0.0.1:8080")
     ca_file = None if args.cacert is None else str(args.cacert)
-    endpoint = parse_endpoint(args.url, 8081 if grpc else 8080, ca_file=ca_file, credential=args.api_key)
+    endpoint = parse_endpoint(
+        args.url, 8081 if grpc else 8080, ca_file=ca_file, credential=args.api_key, tenant=args.tenant
+    )
     file_requests = load_input_file(json.loads(args.input_file.read_text())) if args.input_file else None
     tensors, documents = [], []
     if is_streaming(args.protocol):

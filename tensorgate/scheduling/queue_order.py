@@ -55,6 +55,10 @@ class Level:
         """Remove and return the requests whose deadline has passed."""
         raise NotImplementedError
 
+    def newest_of(self, name: str) -> Pending | None:
+        """The tenant's request that would leave last; None when it has none here."""
+        raise NotImplementedError
+
     def rows_ahead(self, tenant: Tenant, deadline: float | None) -> int:
         """How many waiting rows would leave before a request of ``tenant`` with ``deadline`` pushed now."""
         raise NotImplementedError
@@ -134,6 +138,10 @@ class FairLevel(Level):
             self._forget(name)
         return True
 
+    def newest_of(self, name: str) -> Pending | None:
+        queue = self._queues.get(name)
+        return None if queue is None else queue[-1]
+
     def _forget(self, name: str) -> None:
         """A tenant with nothing waiting: its next request starts at the virtual time, as a newcomer."""
         del self._queues[name]
@@ -203,6 +211,12 @@ class DeadlineLevel(Level):
         except ValueError:
             return False
         return True
+
+    def newest_of(self, name: str) -> Pending | None:
+        for p in reversed(self._items):
+            if p.request.tenant.name == name:
+                return p
+        return None
 
     def drop_expired(self, now: float) -> list[Pending]:
         expired = [p for p in self._items if p.deadline is not None and p.deadline <= now]

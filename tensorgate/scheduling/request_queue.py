@@ -2,7 +2,8 @@
 
 Within a level the order is the level's own (``scheduling.queue_order``): fair between tenants
 (``dynamic_batching.order: fifo``, which is FIFO for one tenant), or earliest deadline first
-(``order: deadline``). A tenant with a ``max_queued`` is refused past it while others are not.
+(``order: deadline``). A tenant with a ``max_queued`` is refused past it while others are not, and a full queue is
+shared fairly: a newcomer takes the newest place of the tenant holding the most.
 
 Pure: no I/O, no clock of its own (``now`` is an argument), no asyncio. Tested with hypothesis.
 """
@@ -32,7 +33,7 @@ class RequestQueue:
         self.order = order
         self._size = 0
         self._next_deadline: float | None = None
-        self._tenant_counts: dict[str, int] = {}  # only tenants with a max_queued of their own
+        self._tenant_counts: dict[str, int] = {}  # places held, by tenant name (no zeros)
 
     def __len__(self) -> int:
         return self._size
@@ -44,31 +45,54 @@ class RequestQueue:
     def priority_levels(self) -> int:
         return len(self._levels)
 
-    def admit(self, item: Pending) -> None:
-        """Enqueue at its place in its level, or raise QueueFull at once (never block)."""
-        if self._size >= self.max_size:
+    def admit(self, item: Pending) -> Pending | None:
+        """Enqueue at its place in its level, or raise QueueFull at once (never block).
+
+        A full queue is shared fairly too: a request of a tenant holding fewer places than the
+        tenant that holds the most takes the newest place of that one, which is returned (to be
+        answered 503, as if it had found the queue full); otherwise the new request is refused.
+        """
+        tenant = item.request.tenant
+        waiting = self._tenant_counts.get(tenant.name, 0)
+        if tenant.max_queued is not None and waiting >= tenant.max_queued:
             raise QueueFull(
-                f"model '{item.request.model}' queue is full ({self.max_size} requests waiting); retry later",
+                f"tenant '{tenant.name}' has {waiting} requests waiting for model '{item.request.model}', "
+                f"its max_queued; retry later",
                 retry_after_s=RETRY_AFTER_S,
             )
-        tenant = item.request.tenant
-        if tenant.max_queued is not None:
-            waiting = self._tenant_counts.get(tenant.name, 0)
-            if waiting >= tenant.max_queued:
+        displaced = None
+        if self._size >= self.max_size:
+            displaced = self._displace(waiting)
+            if displaced is None:
                 raise QueueFull(
-                    f"tenant '{tenant.name}' has {waiting} requests waiting for model '{item.request.model}', "
-                    f"its max_queued; retry later",
+                    f"model '{item.request.model}' queue is full ({self.max_size} requests waiting); retry later",
                     retry_after_s=RETRY_AFTER_S,
                 )
-            self._tenant_counts[tenant.name] = waiting + 1
+        self._tenant_counts[tenant.name] = waiting + 1
         self._levels[item.priority - 1].push(item)
         self._joined(item)
+        return displaced
+
+    def _displace(self, waiting: int) -> Pending | None:
+        """The newest request of the tenant holding the most places, when it holds more than one
+        more than a tenant with ``waiting`` places; it leaves the queue."""
+        if not self._tenant_counts:
+            return None
+        name, most = max(self._tenant_counts.items(), key=lambda count: count[1])
+        if most <= waiting + 1:
+            return None
+        for level in reversed(self._levels):  # its lowest-priority place goes first
+            newest = level.newest_of(name)
+            if newest is not None:
+                level.remove(newest)
+                self._left(newest)
+                return newest
+        return None
 
     def requeue_front(self, item: Pending) -> None:
         """Put a request whose instance failed back ahead in its level (retries skip admission)."""
-        tenant = item.request.tenant
-        if tenant.max_queued is not None:
-            self._tenant_counts[tenant.name] = self._tenant_counts.get(tenant.name, 0) + 1
+        name = item.request.tenant.name
+        self._tenant_counts[name] = self._tenant_counts.get(name, 0) + 1
         self._levels[item.priority - 1].push_front(item)
         self._joined(item)
 
@@ -79,13 +103,12 @@ class RequestQueue:
 
     def _left(self, item: Pending) -> None:
         self._size -= 1
-        tenant = item.request.tenant
-        if tenant.max_queued is not None:
-            left = self._tenant_counts[tenant.name] - 1
-            if left:
-                self._tenant_counts[tenant.name] = left
-            else:
-                del self._tenant_counts[tenant.name]
+        name = item.request.tenant.name
+        left = self._tenant_counts[name] - 1
+        if left:
+            self._tenant_counts[name] = left
+        else:
+            del self._tenant_counts[name]
 
     def remove(self, item: Pending) -> bool:
         """Drop a request (its client went away). False when it is no longer queued."""

@@ -42,7 +42,7 @@ from tensorgate.scheduling.batch_cost import BatchCost
 from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, decide
 from tensorgate.scheduling.deadline_admission import completion_estimate
 from tensorgate.scheduling.pending import Fault, Pending
-from tensorgate.scheduling.request_queue import RequestQueue
+from tensorgate.scheduling.request_queue import RETRY_AFTER_S, RequestQueue
 from tensorgate.types import Array, InferRequest, InferResponse
 
 T = TypeVar("T")
@@ -215,13 +215,23 @@ class Scheduler:
 
         A full queue is first offered to idle instances: requests that arrived in this loop turn
         wait for the turn's end to be dispatched together (``_pump_soon``), and one that an idle
-        instance would take is not waiting, so it must not count against the queue's size.
+        instance would take is not waiting, so it must not count against the queue's size. A
+        request another tenant's newcomer displaced from a full queue is answered 503 at once.
         """
         try:
-            self._queue.admit(item)
+            displaced = self._queue.admit(item)
         except QueueFull:
             self._pump()
-            self._queue.admit(item)
+            displaced = self._queue.admit(item)
+        if displaced is not None:
+            settle(
+                displaced.future,
+                QueueFull(
+                    f"model '{self.model}' queue is full ({self._queue.max_size} requests waiting) and "
+                    f"tenant '{displaced.request.tenant.name}' holds the most of it; retry later",
+                    retry_after_s=RETRY_AFTER_S,
+                ),
+            )
 
     def _check_deadline(self, item: Pending, remaining: float) -> None:
         """Raise WouldMissDeadline when the work ahead of ``item`` cannot be done in ``remaining`` seconds."""

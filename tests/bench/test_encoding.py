@@ -101,10 +101,10 @@ def test_parse_endpoint(url: str, host: str, port: int, prefix: str) -> None:
 def test_parse_endpoint_tls_and_credentials() -> None:
     secure = parse_endpoint("https://example.com", 443, ca_file="/ca.pem", credential="k")
     assert (secure.tls, secure.port, secure.ca_file) == (True, 443, "/ca.pem")
-    assert secure.auth_headers == (("Authorization", "Bearer k"),)
+    assert secure.request_headers == (("Authorization", "Bearer k"),)
     assert parse_endpoint("grpcs://example.com:8081", 8081).tls
     assert not parse_endpoint("grpc://example.com:8081", 8081).tls
-    assert parse_endpoint("http://example.com", 80).auth_headers == ()
+    assert parse_endpoint("http://example.com", 80).request_headers == ()
     with pytest.raises(ValueError, match="--cacert is for a TLS server"):
         parse_endpoint("http://example.com", 80, ca_file="/ca.pem")
     with pytest.raises(ValueError, match="unsupported URL scheme"):

@@ -92,7 +92,9 @@ class Gated(PythonModel):
 
 def _post(server: ServerProcess, model: str, tenant: str | None, **parameters: int) -> httpx.Response:
     headers = {} if tenant is None else {"x-tenant": tenant}
-    return httpx.post(f"{server.url}/v2/models/{model}/infer", json=v2_body(ROW, **parameters), headers=headers, timeout=30)
+    return httpx.post(
+        f"{server.url}/v2/models/{model}/infer", json=v2_body(ROW, **parameters), headers=headers, timeout=30
+    )
 
 
 def _grpc_infer(server: ServerProcess, model: str, tenant: str, timeout_s: float | None = None) -> None:

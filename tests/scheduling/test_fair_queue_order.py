@@ -45,7 +45,9 @@ events = st.lists(st.one_of(st.none(), st.tuples(st.sampled_from("abcd"), st.int
 
 @settings(max_examples=200)
 @given(events)
-def test_every_request_leaves_once_and_each_tenant_in_its_own_arrival_order(script: list[tuple[str, int] | None]) -> None:
+def test_every_request_leaves_once_and_each_tenant_in_its_own_arrival_order(
+    script: list[tuple[str, int] | None],
+) -> None:
     queue = RequestQueue(priority_levels=1, max_size=1000)
     admitted: list[Pending] = []
     left: list[Pending] = []
@@ -157,3 +159,37 @@ def test_expiry_keeps_the_fair_order_of_the_rest() -> None:
     assert queue.next_deadline == 50.0
     # a's expired request had taken a's first turn: b's turn comes before a's second.
     assert [p.arrival for p in drain(queue)] == [2.0, 1.0]
+
+
+def test_a_full_queue_gives_a_newcomer_the_newest_place_of_the_tenant_holding_most() -> None:
+    queue = RequestQueue(priority_levels=1, max_size=4)
+    flood = [pending(TENANTS["a"], float(i)) for i in range(4)]
+    for item in flood:
+        assert queue.admit(item) is None
+    steady = pending(TENANTS["b"], 10.0)
+    assert queue.admit(steady) is flood[-1]  # a's newest place goes to b
+    assert queue.admit(pending(TENANTS["b"], 11.0)) is flood[-2]
+    with pytest.raises(QueueFull, match="queue is full"):  # two each: nobody holds more than its share
+        queue.admit(pending(TENANTS["b"], 12.0))
+    with pytest.raises(QueueFull, match="queue is full"):
+        queue.admit(pending(TENANTS["a"], 13.0))
+    assert len(queue) == 4 and [p.arrival for p in drain(queue)] == [0.0, 10.0, 1.0, 11.0]
+
+
+@settings(max_examples=200)
+@given(st.lists(st.sampled_from("abc"), max_size=60), st.integers(1, 10))
+def test_a_full_queue_never_holds_more_than_its_bound_and_no_tenant_is_shut_out(
+    arrivals: list[str], bound: int
+) -> None:
+    queue = RequestQueue(priority_levels=1, max_size=bound)
+    for index, name in enumerate(arrivals):
+        counts = Counter(p.request.tenant.name for p in queue.in_order())
+        try:
+            displaced = queue.admit(pending(TENANTS[name], float(index)))
+        except QueueFull:
+            # Refused only when no tenant holds more than one place more than it does.
+            assert len(queue) == bound and max(counts.values()) <= counts[name] + 1
+            continue
+        if displaced is not None:
+            assert counts[displaced.request.tenant.name] == max(counts.values()) > counts[name] + 1
+        assert len(queue) <= bound

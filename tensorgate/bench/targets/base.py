@@ -50,6 +50,7 @@ class Endpoint:
     tls: bool = False
     ca_file: str | None = None  # with tls: the CA that signed the server's certificate; None: the system's
     credential: str | None = None  # an API key or token, sent as ``Authorization: Bearer``
+    tenant: str | None = None  # sent as ``X-Tenant`` (the server's default tenant header), for fair sharing
 
     @property
     def authority(self) -> str:
@@ -63,15 +64,22 @@ class Endpoint:
         return context
 
     @property
-    def auth_headers(self) -> tuple[tuple[str, str], ...]:
-        return () if self.credential is None else (("Authorization", f"Bearer {self.credential}"),)
+    def request_headers(self) -> tuple[tuple[str, str], ...]:
+        """The credential and the tenant, as headers (gRPC: the same, as lower-case metadata)."""
+        headers = () if self.credential is None else (("Authorization", f"Bearer {self.credential}"),)
+        return headers if self.tenant is None else (*headers, ("X-Tenant", self.tenant))
 
 
 _SCHEMES = {"http": False, "grpc": False, "https": True, "grpcs": True}
 
 
 def parse_endpoint(
-    url: str, default_port: int, *, ca_file: str | None = None, credential: str | None = None
+    url: str,
+    default_port: int,
+    *,
+    ca_file: str | None = None,
+    credential: str | None = None,
+    tenant: str | None = None,
 ) -> Endpoint:
     """``http://host:port/prefix``, ``grpc://host:port`` or a bare ``host:port``; ``https://`` and
     ``grpcs://`` speak TLS."""
@@ -83,4 +91,6 @@ def parse_endpoint(
     tls = _SCHEMES[parts.scheme]
     if ca_file is not None and not tls:
         raise ValueError(f"--cacert is for a TLS server; use https:// or grpcs:// in {url!r}")
-    return Endpoint(parts.hostname, parts.port or default_port, parts.path.rstrip("/"), tls, ca_file, credential)
+    return Endpoint(
+        parts.hostname, parts.port or default_port, parts.path.rstrip("/"), tls, ca_file, credential, tenant
+    )

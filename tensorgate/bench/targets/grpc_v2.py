@@ -59,7 +59,7 @@ def _channel(endpoint: Endpoint, own_connection: bool = False) -> Any:
 
 
 def _metadata(endpoint: Endpoint) -> tuple[tuple[str, str], ...]:
-    return tuple((name.lower(), value) for name, value in endpoint.auth_headers)
+    return tuple((name.lower(), value) for name, value in endpoint.request_headers)
 
 
 async def fetch_metadata(endpoint: Endpoint, model: str, version: str | None, timeout_s: float) -> list[TensorMeta]:

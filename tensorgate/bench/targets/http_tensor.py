@@ -54,7 +54,7 @@ def v1_body(tensors: RequestTensors) -> bytes:
 
 def encode_v2_json(endpoint: Endpoint, model: str, version: str | None, tensors: RequestTensors) -> bytes:
     path = model_path(endpoint, "v2", model, version) + "/infer"
-    headers = (("Content-Type", "application/json"), *endpoint.auth_headers)
+    headers = (("Content-Type", "application/json"), *endpoint.request_headers)
     return encode_request("POST", endpoint.authority, path, v2_json_body(tensors), headers)
 
 
@@ -64,14 +64,14 @@ def encode_v2_binary(endpoint: Endpoint, model: str, version: str | None, tensor
     headers = (
         ("Content-Type", "application/octet-stream"),
         ("Inference-Header-Content-Length", str(header_length)),
-        *endpoint.auth_headers,
+        *endpoint.request_headers,
     )
     return encode_request("POST", endpoint.authority, path, body, headers)
 
 
 def encode_v1(endpoint: Endpoint, model: str, version: str | None, tensors: RequestTensors) -> bytes:
     path = model_path(endpoint, "v1", model, version) + ":predict"
-    headers = (("Content-Type", "application/json"), *endpoint.auth_headers)
+    headers = (("Content-Type", "application/json"), *endpoint.request_headers)
     return encode_request("POST", endpoint.authority, path, v1_body(tensors), headers)
 
 

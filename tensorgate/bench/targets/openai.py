@@ -62,7 +62,7 @@ class OpenAiTarget:
             raise ValueError("no requests to send")
         path = f"{endpoint.prefix}/v1/chat/completions" if chat else f"{endpoint.prefix}/v1/completions"
         headers = [("Content-Type", "application/json"), ("Accept", "text/event-stream")]
-        headers += endpoint.auth_headers
+        headers += endpoint.request_headers
         self._requests = [
             encode_request("POST", endpoint.authority, path, orjson.dumps({**b, "stream": True}), tuple(headers))
             for b in bodies
