@@ -163,6 +163,7 @@ class PipelineModelVersion(ModelVersion):
                 id=request.id,
                 request_id=request.request_id,
                 traceparent=request.traceparent,
+                tenant=request.tenant,  # each step queues for the pipeline's caller
             )
             try:
                 response = await self._run_step(inner)
