@@ -59,6 +59,14 @@ class Level:
         """The tenant's request that would leave last; None when it has none here."""
         raise NotImplementedError
 
+    def count_of(self, name: str) -> int:
+        """How many of the tenant's requests wait here."""
+        raise NotImplementedError
+
+    def counts(self) -> dict[str, int]:
+        """How many requests each tenant with any has waiting here."""
+        raise NotImplementedError
+
     def rows_ahead(self, tenant: Tenant, deadline: float | None) -> int:
         """How many waiting rows would leave before a request of ``tenant`` with ``deadline`` pushed now."""
         raise NotImplementedError
@@ -96,11 +104,14 @@ class FairLevel(Level):
     def push(self, item: Pending) -> None:
         tenant = item.request.tenant
         name = tenant.name
-        item.tag = start = self._start(name)
-        self._finish[name] = start + item.rows / tenant.weight
         queue = self._queues.get(name)
-        if queue is None:
+        if queue is None:  # nothing of its own waiting: it starts at the virtual time
+            start = self._virtual
             self._queues[name] = queue = deque()
+        else:  # behind its own last request
+            start = self._finish[name]
+        item.tag = start
+        self._finish[name] = start + item.rows / tenant.weight
         queue.append(item)
         self._size += 1
 
@@ -129,6 +140,7 @@ class FairLevel(Level):
         queue = self._queues.get(name)
         if queue is None:
             return False
+        last = queue[-1] is item
         try:
             queue.remove(item)
         except ValueError:
@@ -136,11 +148,20 @@ class FairLevel(Level):
         self._size -= 1
         if not queue:
             self._forget(name)
+        elif last:  # its next request takes the turn this one gave up
+            self._finish[name] = item.tag
         return True
 
     def newest_of(self, name: str) -> Pending | None:
         queue = self._queues.get(name)
         return None if queue is None else queue[-1]
+
+    def count_of(self, name: str) -> int:
+        queue = self._queues.get(name)
+        return 0 if queue is None else len(queue)
+
+    def counts(self) -> dict[str, int]:
+        return {name: len(queue) for name, queue in self._queues.items()}
 
     def _forget(self, name: str) -> None:
         """A tenant with nothing waiting: its next request starts at the virtual time, as a newcomer."""
@@ -217,6 +238,16 @@ class DeadlineLevel(Level):
             if p.request.tenant.name == name:
                 return p
         return None
+
+    def count_of(self, name: str) -> int:
+        return sum(1 for p in self._items if p.request.tenant.name == name)
+
+    def counts(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for p in self._items:
+            name = p.request.tenant.name
+            found[name] = found.get(name, 0) + 1
+        return found
 
     def drop_expired(self, now: float) -> list[Pending]:
         expired = [p for p in self._items if p.deadline is not None and p.deadline <= now]

@@ -33,7 +33,6 @@ class RequestQueue:
         self.order = order
         self._size = 0
         self._next_deadline: float | None = None
-        self._tenant_counts: dict[str, int] = {}  # places held, by tenant name (no zeros)
 
     def __len__(self) -> int:
         return self._size
@@ -53,46 +52,51 @@ class RequestQueue:
         answered 503, as if it had found the queue full); otherwise the new request is refused.
         """
         tenant = item.request.tenant
-        waiting = self._tenant_counts.get(tenant.name, 0)
-        if tenant.max_queued is not None and waiting >= tenant.max_queued:
-            raise QueueFull(
-                f"tenant '{tenant.name}' has {waiting} requests waiting for model '{item.request.model}', "
-                f"its max_queued; retry later",
-                retry_after_s=RETRY_AFTER_S,
-            )
+        if tenant.max_queued is not None:
+            waiting = self._held_by(tenant.name)
+            if waiting >= tenant.max_queued:
+                raise QueueFull(
+                    f"tenant '{tenant.name}' has {waiting} requests waiting for model '{item.request.model}', "
+                    f"its max_queued; retry later",
+                    retry_after_s=RETRY_AFTER_S,
+                )
         displaced = None
         if self._size >= self.max_size:
-            displaced = self._displace(waiting)
+            displaced = self._displace(tenant.name)
             if displaced is None:
                 raise QueueFull(
                     f"model '{item.request.model}' queue is full ({self.max_size} requests waiting); retry later",
                     retry_after_s=RETRY_AFTER_S,
                 )
-        self._tenant_counts[tenant.name] = waiting + 1
         self._levels[item.priority - 1].push(item)
         self._joined(item)
         return displaced
 
-    def _displace(self, waiting: int) -> Pending | None:
+    def _held_by(self, name: str) -> int:
+        return sum(level.count_of(name) for level in self._levels)
+
+    def _displace(self, name: str) -> Pending | None:
         """The newest request of the tenant holding the most places, when it holds more than one
-        more than a tenant with ``waiting`` places; it leaves the queue."""
-        if not self._tenant_counts:
+        more than tenant ``name`` does; it leaves the queue. Only asked of a full queue."""
+        counts: dict[str, int] = {}
+        for level in self._levels:
+            for tenant, count in level.counts().items():
+                counts[tenant] = counts.get(tenant, 0) + count
+        if not counts:
             return None
-        name, most = max(self._tenant_counts.items(), key=lambda count: count[1])
-        if most <= waiting + 1:
+        most_name, most = max(counts.items(), key=lambda count: count[1])
+        if most <= counts.get(name, 0) + 1:
             return None
         for level in reversed(self._levels):  # its lowest-priority place goes first
-            newest = level.newest_of(name)
+            newest = level.newest_of(most_name)
             if newest is not None:
                 level.remove(newest)
-                self._left(newest)
+                self._size -= 1
                 return newest
         return None
 
     def requeue_front(self, item: Pending) -> None:
         """Put a request whose instance failed back ahead in its level (retries skip admission)."""
-        name = item.request.tenant.name
-        self._tenant_counts[name] = self._tenant_counts.get(name, 0) + 1
         self._levels[item.priority - 1].push_front(item)
         self._joined(item)
 
@@ -101,20 +105,11 @@ class RequestQueue:
         if item.deadline is not None and (self._next_deadline is None or item.deadline < self._next_deadline):
             self._next_deadline = item.deadline
 
-    def _left(self, item: Pending) -> None:
-        self._size -= 1
-        name = item.request.tenant.name
-        left = self._tenant_counts[name] - 1
-        if left:
-            self._tenant_counts[name] = left
-        else:
-            del self._tenant_counts[name]
-
     def remove(self, item: Pending) -> bool:
         """Drop a request (its client went away). False when it is no longer queued."""
         if not self._levels[item.priority - 1].remove(item):
             return False
-        self._left(item)
+        self._size -= 1
         return True
 
     def expire(self, now: float) -> list[Pending]:
@@ -124,8 +119,7 @@ class RequestQueue:
         expired: list[Pending] = []
         for level in self._levels:
             expired.extend(level.drop_expired(now))
-        for item in expired:
-            self._left(item)
+        self._size -= len(expired)
         self._next_deadline = min(
             (p.deadline for p in self.in_order() if p.deadline is not None),
             default=None,
@@ -143,9 +137,10 @@ class RequestQueue:
 
     def take(self, items: list[Pending]) -> None:
         """Remove ``items``, which are a prefix of ``in_order()``."""
+        levels = self._levels
         for item in items:
-            self._levels[item.priority - 1].pop(item)
-            self._left(item)
+            levels[item.priority - 1].pop(item)
+        self._size -= len(items)
 
     def rows_ahead(self, priority: int, tenant: Tenant, deadline: float | None) -> int:
         """The waiting rows that would be dispatched before a request of ``tenant`` admitted now at

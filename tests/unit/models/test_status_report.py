@@ -51,7 +51,7 @@ def _request(model: str, version: int, rows: int = 1) -> InferRequest:
 async def test_the_document_shows_states_shares_and_instances(
     setup: tuple[InferenceService, StatusReport, ManualClock],
 ) -> None:
-    service, report, _ = setup
+    _service, report, _ = setup
     document = report.document()
     server = document["server"]
     assert server["name"] == "tensorgate" and server["replica"] == "r-1"
