@@ -22,6 +22,17 @@ class StatusPage:
     body: bytes
     content_security_policy: str
 
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """What the page is served with: its policy, no framing or referrer, never cached."""
+        return [
+            (b"content-type", b"text/html; charset=utf-8"),
+            (b"content-security-policy", self.content_security_policy.encode()),
+            (b"x-frame-options", b"DENY"),
+            (b"referrer-policy", b"no-referrer"),
+            (b"cache-control", b"no-store"),
+        ]
+
 
 def _hashes(html: str, tag: str) -> str:
     digests = [hashlib.sha256(text.encode()).digest() for kind, text in _INLINE.findall(html) if kind == tag]

@@ -34,30 +34,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     # One request at a time, each waiting while the hold file exists and then taking its delay: the
     # test decides when the instance is free, so what is queued behind it is known exactly, and
     # the answers come back far enough apart for their order to be the order they were served in.
-    write_python_model(
-        repo,
-        "gated",
-        code=GATED_MODEL,
-        max_batch_size=0,
-        parameters={"hold_file": str(hold), "delay_ms": 25},
-        dynamic_batching={"max_queue_size": 64},
-    )
-    write_python_model(
-        repo,
-        "timed",
-        code=GATED_MODEL,
-        max_batch_size=0,
-        parameters={"hold_file": str(hold), "delay_ms": 40},
-        dynamic_batching={"deadline_admission": True, "max_queue_size": 64},
-    )
-    write_python_model(
-        repo,
-        "urgent_first",
-        code=GATED_MODEL,
-        max_batch_size=0,
-        parameters={"hold_file": str(hold), "delay_ms": 25},
-        dynamic_batching={"order": "deadline", "max_queue_size": 64},
-    )
+    for name, delay_ms, policy in (
+        ("gated", 25, {}),
+        ("timed", 40, {"deadline_admission": True}),
+        ("urgent_first", 25, {"order": "deadline"}),
+    ):
+        write_python_model(
+            repo,
+            name,
+            code=GATED_MODEL,
+            max_batch_size=0,
+            parameters={"hold_file": str(hold), "delay_ms": delay_ms},
+            dynamic_batching={"max_queue_size": 64, **policy},
+        )
     config = root / "server.yaml"
     config.write_text(
         f"server: {{model_repository: {repo}, tenants: {{noisy: {{max_queued: 2}}, heavy: {{weight: 3}}}}}}\n"

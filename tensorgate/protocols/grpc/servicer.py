@@ -310,14 +310,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 self._service.count_failure(message.model_name, codec.optional_version(message.model_version), exc)
             raise
         tenancy = self._settings.tenancy
+        sticky = self._service.sticky_header(request.model)
+        # The call's metadata, read once for the two headers that may be looked up in it.
+        metadata = _metadata(context) if tenancy.enabled or sticky is not None else {}
         tenant = (
-            tenancy.resolve(_identity(context), _metadata(context).get(tenancy.metadata_key))
+            tenancy.resolve(_identity(context), metadata.get(tenancy.metadata_key))
             if tenancy.enabled
             else SHARED_TENANT
         )
         request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent, tenant=tenant)
-        sticky = self._service.sticky_header(request.model)
-        key = None if sticky is None else _metadata(context).get(sticky)
+        key = None if sticky is None else metadata.get(sticky)
         response = await self._service.infer(request, key)
         served.version, served.queue_s, served.compute_s = str(response.version), response.queue_s, response.compute_s
         span.record(response)

@@ -174,14 +174,7 @@ class HttpApp:
         self._openapi = openapi_json()  # GET /openapi.json, read once here at startup
         self._status = status if status is not None else StatusReport(service, clock)  # GET /v2/status
         page = status_page()  # GET / and /status: the live status page, read once here too
-        self._status_page = page.body
-        self._status_page_headers = [
-            (b"content-type", b"text/html; charset=utf-8"),
-            (b"content-security-policy", page.content_security_policy.encode()),
-            (b"x-frame-options", b"DENY"),
-            (b"referrer-policy", b"no-referrer"),
-            _NO_STORE,
-        ]
+        self._status_page, self._status_page_headers = page.body, page.headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
