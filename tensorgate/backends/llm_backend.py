@@ -237,7 +237,9 @@ class CausalLMRunner:
 
     # -- loading ---------------------------------------------------------------------------------
 
-    def load(self, directory: Path, device: Device, dtype: str = "float32", threads: int = 0) -> None:
+    def load(
+        self, directory: Path, device: Device, dtype: str = "float32", threads: int = 0, lean: bool = True
+    ) -> None:
         missing = [name for name in _REQUIRED if not (directory / name).is_file()]
         if missing:
             raise ModelLoadError(f"the llm model directory lacks {', '.join(missing)} (safetensors weights only)")
@@ -255,7 +257,7 @@ class CausalLMRunner:
             raise ModelLoadError(f"cannot load the language model: {type(exc).__name__}: {exc}") from exc
         self.model = model.to(self.device).eval()
         self.codec = TextCodec(tokenizer)
-        self._lean = lean_forward(self.model)
+        self._lean = lean_forward(self.model) if lean else None
         text = config.get_text_config(decoder=True)
         layers = self._layer_count = int(text.num_hidden_layers)
         heads = int(text.num_attention_heads)

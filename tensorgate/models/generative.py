@@ -209,7 +209,9 @@ async def load_generative_version(
         if placement.isolation != "thread":
             raise ModelLoadError("the llm backend runs in the server process (isolation: thread)")
         runner = CausalLMRunner()
-        await asyncio.to_thread(runner.load, vsource.directory, device, settings.dtype, settings.threads)
+        await asyncio.to_thread(
+            runner.load, vsource.directory, device, settings.dtype, settings.threads, settings.lean_forward
+        )
         model_version = GenerativeModelVersion(name, version, runner, settings, source, device, clock, metrics)
         metrics.load_seconds.labels(name, str(version)).observe(clock.now() - started)
         status.state = VersionState.WARMING

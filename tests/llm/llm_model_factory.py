@@ -20,11 +20,17 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
+def build_tokenizer(vocab_size: int | None = None) -> PreTrainedTokenizerFast:
+    """The corpus's words; with ``vocab_size``, made-up words (``w123``) after them up to that size,
+    for a model whose output layer has the width of a real vocabulary."""
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
     tok.train([str(CORPUS)], trainers.WordLevelTrainer(special_tokens=SPECIAL))
+    if vocab_size is not None and vocab_size > tok.get_vocab_size():
+        vocab = tok.get_vocab()
+        vocab.update({f"w{i}": i for i in range(len(vocab), vocab_size)})
+        tok.model = models.WordLevel(vocab, unk_token="<unk>")
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         unk_token="<unk>",
@@ -46,11 +52,13 @@ def build_model(
     kv_heads: int = 2,
     intermediate: int = 128,
     max_positions: int = 512,
+    vocab: int | None = None,
+    initializer_range: float = 0.5,
     seed: int = 0,
 ) -> Path:
     """Write a tiny Llama model and its tokenizer into ``directory`` (a version directory)."""
     directory.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(vocab)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
@@ -64,7 +72,7 @@ def build_model(
         pad_token_id=tokenizer.pad_token_id,
         # Wide initial weights make the logits peaked, so float noise between batched and solo
         # forwards cannot flip a greedy choice.
-        initializer_range=0.5,
+        initializer_range=initializer_range,
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
