@@ -7,8 +7,8 @@ decode step is bound by reading the weights, as on a GPU). Two parts, one server
 
 1. Continuous against static batching on the same 100 requests as the small benchmark:
    ``transformers.generate`` on batches of 32, the engine in this process, and ``tensorgate
-   serve`` over HTTP, once with the lean forward (``llm.lean_forward: true``, the default) and
-   once with transformers' own forward (``false``).
+   serve`` over HTTP, once with the lean forward (``llm.lean_forward: true``) and once with
+   transformers' own forward (``false``, the default).
 2. Time to first token and time per output token at 1, 16 and 64 concurrent streams
    (``stream: true``, prompts of 128 tokens, 64 tokens out), measured by the client from the
    server-sent events, for both forwards.
@@ -158,7 +158,7 @@ def main() -> None:
         model_dir = write_repository(repo, args)
         params = sum(t.numel() for t in AutoModelForCausalLM.from_pretrained(model_dir).parameters())
         print(f"model: Llama, {MODEL['layers']} layers, hidden {MODEL['hidden']}, {params:,} parameters", flush=True)
-        runner = engine_runner(model_dir, args.threads)
+        runner = engine_runner(model_dir, args.threads, lean=True)
         env = {"OMP_NUM_THREADS": str(args.threads)}
         with ServerProcess(
             "--model-repository", str(repo), "--log-level", "warning", ready_timeout_s=180, env=env

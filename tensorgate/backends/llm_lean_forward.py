@@ -1,7 +1,10 @@
 """A Llama-family model's forward pass over its own weights, fused: the math of the ``llm`` backend.
 
-Used for decode steps and prefill chunks of plain Llama models (see :func:`lean_forward`); any
-other model runs its own ``forward``. The cache it writes to is the backend's business: a layer's
+Used for decode steps and prefill chunks of plain Llama models when ``llm.lean_forward`` is true
+(see :func:`lean_forward`); any other model, and every model by default, runs its own ``forward``.
+It replaces transformers' Llama forward: on the 7 M-parameter model of ``bench_llm_realistic`` a
+decode step of 64 rows runs about 1.5x faster in-process, but served over HTTP the two are even
+(0.97x), so it stays opt-in. The cache it writes to is the backend's business: a layer's
 ``cached.update(keys, values)`` returns every cached key and value of that layer.
 """
 

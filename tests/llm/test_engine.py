@@ -25,10 +25,11 @@ from tensorgate.scheduling.continuous.step_scheduler import SchedulerSettings, S
 VOCAB = range(7, 70)
 
 
-@pytest.fixture(scope="module")
-def runner(tiny_dir: Path) -> CausalLMRunner:
+@pytest.fixture(scope="module", params=[False, True], ids=["transformers-forward", "lean-forward"])
+def runner(tiny_dir: Path, request: pytest.FixtureRequest) -> CausalLMRunner:
+    """Every engine test runs on both forwards: transformers' own (the default) and the lean one."""
     r = CausalLMRunner()
-    r.load(tiny_dir, Device())
+    r.load(tiny_dir, Device(), lean=request.param)
     return r
 
 
