@@ -138,7 +138,7 @@ async def _continuous_async(server: ServerProcess, work: Work, model: str) -> di
     return summary(elapsed, len(work), generated, [r[0] for r in results], [ttft])
 
 
-def engine_runner(model_dir: Path, threads: int, lean: bool = False) -> Any:
+def engine_runner(model_dir: Path, threads: int, lean: bool = True) -> Any:
     """The ``llm`` backend's runner over ``model_dir``, in this process."""
     from tensorgate.backends.base import Device
     from tensorgate.backends.llm_backend import CausalLMRunner

@@ -7,8 +7,8 @@ decode step is bound by reading the weights, as on a GPU). Two parts, one server
 
 1. Continuous against static batching on the same 100 requests as the small benchmark:
    ``transformers.generate`` on batches of 32, the engine in this process, and ``tensorgate
-   serve`` over HTTP, once with the lean forward (``llm.lean_forward: true``) and once with
-   transformers' own forward (``false``, the default).
+   serve`` over HTTP, once with the lean forward (``llm.lean_forward: true``, the default) and
+   once with transformers' own forward (``false``).
 2. Time to first token and time per output token at 1, 16 and 64 concurrent streams
    (``stream: true``, prompts of 128 tokens, 64 tokens out), measured by the client from the
    server-sent events, for both forwards.

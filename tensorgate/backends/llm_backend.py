@@ -238,7 +238,7 @@ class CausalLMRunner:
     # -- loading ---------------------------------------------------------------------------------
 
     def load(
-        self, directory: Path, device: Device, dtype: str = "float32", threads: int = 0, lean: bool = False
+        self, directory: Path, device: Device, dtype: str = "float32", threads: int = 0, lean: bool = True
     ) -> None:
         missing = [name for name in _REQUIRED if not (directory / name).is_file()]
         if missing:

@@ -135,10 +135,10 @@ class LLMSettings(Strict):
     default_max_tokens: int = Field(default=16, ge=1)
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     threads: int = Field(default=0, ge=0)
-    # true runs a plain Llama model's decode steps and prefill chunks through tensorgate's fused
-    # forward (backends/llm_lean_forward.py) instead of transformers' own. Opt-in: it is faster
-    # in-process but showed no gain served over HTTP at a realistic shape (bench_llm_realistic).
-    lean_forward: bool = False
+    # Plain Llama models run decode steps and prefill chunks through tensorgate's fused forward
+    # (backends/llm_lean_forward.py) instead of transformers' own, which bench_llm_realistic
+    # measures as faster served; false keeps transformers' forward (any other model always does).
+    lean_forward: bool = True
 
 
 class HealthCheck(Strict):

@@ -27,7 +27,7 @@ VOCAB = range(7, 70)
 
 @pytest.fixture(scope="module", params=[False, True], ids=["transformers-forward", "lean-forward"])
 def runner(tiny_dir: Path, request: pytest.FixtureRequest) -> CausalLMRunner:
-    """Every engine test runs on both forwards: transformers' own (the default) and the lean one."""
+    """Every engine test runs on both forwards: transformers' own and the lean one (the default)."""
     r = CausalLMRunner()
     r.load(tiny_dir, Device(), lean=request.param)
     return r
