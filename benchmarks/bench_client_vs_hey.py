@@ -81,8 +81,10 @@ def ensure_hey() -> tuple[str | None, str]:
     return None, "hey is not installed and `apt-get install -y hey` failed; the comparison is skipped."
 
 
-def run_hey(prefix: list[str], hey: str, url: str, body_path: Path, seconds: float) -> Measure:
-    command = [*prefix, hey, "-c", str(CONCURRENCY), "-z", f"{seconds:g}s", "-m", "POST", "-T", "application/json"]
+def run_hey(
+    prefix: list[str], hey: str, url: str, body_path: Path, seconds: float, concurrency: int = CONCURRENCY
+) -> Measure:
+    command = [*prefix, hey, "-c", str(concurrency), "-z", f"{seconds:g}s", "-m", "POST", "-T", "application/json"]
     output = subprocess.run(
         [*command, "-D", str(body_path), url], capture_output=True, text=True, check=True, timeout=seconds + 60
     ).stdout
@@ -95,8 +97,17 @@ def run_hey(prefix: list[str], hey: str, url: str, body_path: Path, seconds: flo
     return Measure("hey", rps, p50 * 1000, p99 * 1000, mean * 1000, errors)
 
 
-def run_ours(prefix: list[str], url: str, input_file: Path, seconds: float, out: Path, plot: Path | None) -> Measure:
-    command = [*prefix, sys.executable, "-m", "tensorgate", "bench", "mlp", "-u", url, "-c", str(CONCURRENCY)]
+def run_ours(
+    prefix: list[str],
+    url: str,
+    input_file: Path,
+    seconds: float,
+    out: Path,
+    plot: Path | None,
+    concurrency: int = CONCURRENCY,
+    model: str = "mlp",
+) -> Measure:
+    command = [*prefix, sys.executable, "-m", "tensorgate", "bench", model, "-u", url, "-c", str(concurrency)]
     command += ["-z", f"{seconds:g}s", "--input-file", str(input_file), "--json", str(out)]
     if plot is not None:
         command += ["--plot", str(plot)]

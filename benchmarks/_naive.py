@@ -1,0 +1,66 @@
+"""The naive baseline most teams start from: Flask, the model loaded once globally, one call per request."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+FLASK_APP = """
+import json, sys
+import numpy as np
+import onnxruntime as ort
+from flask import Flask, request, jsonify
+
+app = Flask(__name__)
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+
+@app.post("/v2/models/mlp/infer")
+def infer():
+    body = request.get_json(force=True)
+    tensor = body["inputs"][0]
+    x = np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
+    y = session.run(None, {"features": x})[0]
+    return jsonify({"outputs": [{"name": "probabilities", "datatype": "FP32", "shape": list(y.shape),
+                                 "data": y.ravel().tolist()}]})
+
+if __name__ == "__main__":
+    app.run(host="127.0.0.1", port=int(sys.argv[2]), threaded=True)
+"""
+
+
+@contextlib.contextmanager
+def flask_baseline(work: Path, model: bytes, body: bytes) -> Iterator[str]:
+    """The way most teams start: Flask, the model loaded once globally, called per request. Yields its URL."""
+    (work / "naive.onnx").write_bytes(model)
+    (work / "naive_app.py").write_text(FLASK_APP)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, str(work / "naive_app.py"), str(work / "naive.onnx"), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        import httpx
+
+        url = f"http://127.0.0.1:{port}/v2/models/mlp/infer"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.post(url, content=body).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("the Flask baseline did not start")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
