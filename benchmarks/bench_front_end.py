@@ -13,7 +13,9 @@ as the client (64 connections, keep-alive, byte-identical V2 JSON bodies):
 For every run: requests/s, P50 and P99, the server's CPU per request (all its threads and
 processes) and its event-loop thread's alone, and the client's CPU per request and share of the
 machine's cores. Then the MLP and the uvicorn echo server at one connection, for the overhead of
-everything past the HTTP layer. Rounds rotate the order; figures are medians over rounds.
+everything past the HTTP layer. Rounds rotate the order; figures are medians over rounds. Last,
+where the server's event loop spends its time under hey (py-spy, ``_profile.py``), when py-spy is
+installed.
 
 Run: ``python benchmarks/bench_front_end.py [--seconds 4] [--rounds 3]``; writes
 ``benchmarks/out/bench_front_end.md``.
@@ -41,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _echo import KINDS, EchoServer
 from _naive import flask_baseline
+from _profile import record
+from _profile import table as profile_table
 from bench_client_vs_hey import Measure, ensure_hey, run_hey, run_ours
 
 from tensorgate.bench.inputs import Tensor
@@ -169,6 +173,15 @@ def table(rows: list[Run]) -> list[str]:
     return lines
 
 
+def build_name() -> str:
+    import tensorgate
+
+    built = json.loads((Path(tensorgate.__file__).parent / "_build.json").read_text())
+    if built.get("pure"):
+        return "pure-Python build"
+    return "compiled build (py-spy cannot see the mypyc-compiled functions: their time shows in their callers)"
+
+
 def mark(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
@@ -177,6 +190,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile-seconds", type=float, default=6.0, help="0 skips the py-spy profile")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     hey, note = ensure_hey()
@@ -257,6 +271,13 @@ def main() -> int:
                     for e, client, c, drive in plan[shift:] + plan[:shift]:
                         runs.append(measure(e, client, c, drive))
                         print(f"round {round_index + 1}: {e.label}, {client}, c={c}: {runs[-1].measure.rps:,.0f}")
+                profiled = args.profile_seconds > 0 and record(
+                    served,
+                    args.profile_seconds,
+                    work / "profile.txt",
+                    lambda: run_hey([], hey, endpoints[4].url, body_path, args.profile_seconds, 64),
+                )
+                profile = profile_table(work / "profile.txt") if profiled else []
     finally:
         for echo in echoes.values():
             echo.close()
@@ -310,6 +331,13 @@ def main() -> int:
         f"{echo_c1.measure.p50_ms:.2f} ms (hey reports 0.1 ms steps).",
         "",
     ]
+    if profile:
+        lines += [
+            f"### Where the event loop's time goes: tensorgate, mlp8, hey -c 64, {build_name()}",
+            "",
+            *profile,
+            "",
+        ]
     text = "\n".join(lines)
     (OUT / f"{STEM}.md").write_text(text)
     print(text)
