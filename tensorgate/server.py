@@ -33,6 +33,7 @@ from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.metrics import Metrics
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer, build_tracer
 from tensorgate.protocols.grpc.codec import GrpcLimits
+from tensorgate.protocols.grpc.http2.connection import Http2Limits
 from tensorgate.protocols.grpc.listener import GrpcListener
 from tensorgate.protocols.grpc.servicer import GrpcSettings
 from tensorgate.protocols.http.app import HttpApp, HttpSettings
@@ -310,6 +311,7 @@ class Server:
             host=section.host,
             port=section.grpc_port,
             max_message_bytes=max_message,
+            limits=Http2Limits(idle_timeout_s=section.grpc_idle_timeout_s),
             tls=self._tls(GRPC_ALPN),
             max_connections=section.max_connections,
             gate=self.gate,

@@ -3,8 +3,10 @@
 Used for decode steps and prefill chunks of plain Llama models unless ``llm.lean_forward`` is
 false (see :func:`lean_forward`); any other model runs its own ``forward``. It replaces
 transformers' Llama forward, which it beats served over HTTP by 1.28x in tokens/s on the
-7 M-parameter model of ``benchmarks/bench_llm_realistic.py`` (time per output token 1.2-1.55x). The cache it writes to is the backend's business: a layer's
-``cached.update(keys, values)`` returns every cached key and value of that layer.
+7 M-parameter model of ``benchmarks/bench_llm_realistic.py`` (time per output token 1.2-1.55x).
+
+The cache it writes to is the backend's business: a layer's ``cached.update(keys, values)``
+returns every cached key and value of that layer.
 """
 
 from __future__ import annotations

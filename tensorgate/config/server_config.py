@@ -86,6 +86,8 @@ class ServerSection(Strict):
     exit_timeout_s: float = Field(default=30.0, ge=0)
     header_timeout_s: float = Field(default=10.0, gt=0)
     keep_alive_s: float = Field(default=75.0, gt=0)
+    # A gRPC connection with no call open this long gets GOAWAY (clients reconnect); None: never.
+    grpc_idle_timeout_s: float | None = Field(default=600.0, gt=0)
     # Port 0 asks the OS for a free port; the chosen ports are written here when given, so a
     # supervisor (or a test) can find them.
     ports_file: Path | None = None

@@ -418,3 +418,69 @@ async def test_a_wrong_method_or_content_type_is_an_http_error(served: tuple[Ech
     decoder = Decoder()
     statuses = {frame.stream_id: dict(decoder.decode(frame.data))[":status"] for frame in headers}
     assert statuses == {1: "405", 3: "415"}
+
+
+# -- idle connections and the client's GOAWAY ---------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _served_with(limits: Http2Limits) -> AsyncIterator[tuple[EchoService, int]]:
+    service = EchoService()
+    server = GrpcServer(_table(service), CallSettings(MAX_MESSAGE, MAX_MESSAGE), limits)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        yield service, port
+    finally:
+        await server.stop(1.0)
+
+
+def _status(frames: list[Frame]) -> str | None:
+    """The grpc-status of the trailers among ``frames``."""
+    decoder = Decoder()
+    status = None
+    for frame in frames:
+        if isinstance(frame, HeadersFrame):
+            fields = dict(decoder.decode(frame.data))
+            status = fields.get("grpc-status", status)
+    return status
+
+
+async def test_a_connection_idle_past_the_timeout_gets_goaway_and_is_closed() -> None:
+    async with _served_with(Http2Limits(idle_timeout_s=0.2)) as (_, port):
+        client = await RawClient.connect(port, f.PREFACE + f.settings({}))
+        client.headers(1)
+        client.message(1, b"hello")
+        assert _status(await _until_trailers(client)) == "0"
+        frames = await client.frames_until(GoAwayFrame)  # once idle for 0.2 s
+        assert isinstance(frames[-1], GoAwayFrame) and frames[-1].error_code == f.ErrorCode.NO_ERROR
+        assert frames[-1].last_stream_id == 1
+        assert await client.reader.read() == b""
+        client.writer.close()
+
+
+async def test_a_call_open_past_the_idle_timeout_keeps_its_connection() -> None:
+    async with _served_with(Http2Limits(idle_timeout_s=0.2)) as (service, port):
+        client = await RawClient.connect(port, f.PREFACE + f.settings({}))
+        client.headers(1, sleep="0.6", grpc_timeout="10S")  # three idle timeouts long
+        client.message(1, b"x")
+        frames = await _until_trailers(client)
+        assert not any(isinstance(frame, GoAwayFrame) for frame in frames)
+        assert _status(frames) == "0" and service.most_sleeping == 1
+        assert isinstance((await client.frames_until(GoAwayFrame))[-1], GoAwayFrame)  # idle after it
+        client.writer.close()
+
+
+async def test_the_clients_goaway_lets_its_open_call_finish_then_closes() -> None:
+    async with _served_with(Http2Limits(idle_timeout_s=None)) as (service, port):
+        client = await RawClient.connect(port, f.PREFACE + f.settings({}))
+        client.headers(1, sleep="0.2", grpc_timeout="10S")
+        client.message(1, b"x")
+        await asyncio.wait_for(service.started.wait(), 10)
+        client.writer.write(f.goaway(0, f.ErrorCode.NO_ERROR))
+        client.headers(3)  # after its own GOAWAY: ignored
+        client.message(3, b"y")
+        frames = await client.frames_until(GoAwayFrame)  # none comes: the connection ends instead
+        assert client.ended and not any(isinstance(frame, GoAwayFrame) for frame in frames)
+        assert _status(frames) == "0"
+        assert {frame.stream_id for frame in frames if isinstance(frame, HeadersFrame)} == {1}
+        client.writer.close()

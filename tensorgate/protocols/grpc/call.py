@@ -176,7 +176,7 @@ class Call:
         if timeout_s is not None:
             self._deadline = self._loop.time() + timeout_s
             self._timer = self._loop.call_at(self._deadline, self._expire)
-        self._conn.running += 1
+        self._conn.call_started()
         self._calls.add(self)
         self.task = self._loop.create_task(self._run())
 

@@ -48,6 +48,9 @@ class Http2Limits:
     # A connection that has not sent HTTP/2's preface by then is closed (grpc's handshake timeout
     # is 120 s; a gRPC client sends its preface at once).
     preface_timeout_s: float = 20.0
+    # A connection with no call open for this long is sent GOAWAY and closed (grpc's
+    # max_connection_idle); a client's channel reconnects on its next call. None: never.
+    idle_timeout_s: float | None = 600.0
 
 
 # Called with each new stream and its request headers; returns who owns the stream, or None if the
@@ -83,10 +86,13 @@ class Http2ServerConnection(asyncio.Protocol):
         self._unread_replies = 0
         self._refused = 0
         self._resumed: asyncio.Future[None] | None = None
-        self.goaway_sent = False
+        self.goaway_sent = False  # ours: streams the client opens after it are ignored
+        self.goaway_received = False  # the client's: it opens no more streams
         self.closed = False
         self.peer = "unknown"
         self._preface_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_since: float | None = None  # when the last call ended; None while one is open
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -106,6 +112,30 @@ class Http2ServerConnection(asyncio.Protocol):
         }
         self.write(f.settings(settings) + f.window_update(0, self.limits.connection_window - f.DEFAULT_WINDOW))
         self._preface_timer = asyncio.get_running_loop().call_later(self.limits.preface_timeout_s, self._no_preface)
+        self._became_idle()
+
+    def _became_idle(self) -> None:
+        if self.limits.idle_timeout_s is None or self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        self._idle_since = loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = loop.call_later(self.limits.idle_timeout_s, self._check_idle)
+
+    def _check_idle(self) -> None:
+        """The idle timer: GOAWAY once no call has been open for ``idle_timeout_s``, else look again
+        when that could next be true (one timer per connection, not one per call)."""
+        self._idle_timer = None
+        timeout = self.limits.idle_timeout_s
+        if self.closed or timeout is None or self._idle_since is None:
+            return
+        loop = asyncio.get_running_loop()
+        due = self._idle_since + timeout
+        if loop.time() >= due:
+            log.debug("closing HTTP/2 connection from %s: idle for %.0f s", self.peer, timeout)
+            self.goaway()
+        else:
+            self._idle_timer = loop.call_at(due, self._check_idle)
 
     def _no_preface(self) -> None:
         if not self._preface_seen:
@@ -122,8 +152,9 @@ class Http2ServerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self._preface_timer is not None:
-            self._preface_timer.cancel()
+        for timer in (self._preface_timer, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
         for stream in list(self.streams.values()):
             self._drop(stream)
         if self._resumed is not None and not self._resumed.done():
@@ -231,9 +262,8 @@ class Http2ServerConnection(asyncio.Protocol):
         elif kind == f.GOAWAY:
             if stream_id:
                 raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
-            self.goaway_sent = True  # the client will open no more streams; finish the ones open
-            if not self.streams and self.running == 0:
-                self.close()
+            self.goaway_received = True  # the client will open no more streams; finish the ones open
+            self._maybe_close()
         elif kind == f.PRIORITY:
             if len(payload) != 5:
                 raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "PRIORITY payload is not 5 bytes")
@@ -336,8 +366,8 @@ class Http2ServerConnection(asyncio.Protocol):
             self.write(f.rst_stream(stream_id, ErrorCode.STREAM_CLOSED))
             return
         self._last_stream_id = stream_id
-        if self.goaway_sent:
-            return  # past our GOAWAY's last stream id: ignored, the client retries elsewhere
+        if self.goaway_sent or self.goaway_received:
+            return  # past our GOAWAY's last stream id (or after the client's): ignored
         if headers is None or not _well_formed(headers):
             self.write(f.rst_stream(stream_id, ErrorCode.PROTOCOL_ERROR))
             return
@@ -348,6 +378,7 @@ class Http2ServerConnection(asyncio.Protocol):
             self.write(f.rst_stream(stream_id, ErrorCode.REFUSED_STREAM))
             return
         stream = Stream(self, stream_id, self._peer_initial_window, self.limits.stream_window)
+        self._idle_since = None
         stream.remote_ended = end
         self.streams[stream_id] = stream
         stream.owner = self._opener(stream, headers)
@@ -359,6 +390,7 @@ class Http2ServerConnection(asyncio.Protocol):
     def _after_remote_end(self, stream: Stream) -> None:
         if stream.local_ended and not stream.blocked:
             self.streams.pop(stream.id, None)
+            self._maybe_close()
 
     def _settings(self, stream_id: int, flags: int, payload: memoryview) -> None:
         if stream_id:
@@ -487,11 +519,15 @@ class Http2ServerConnection(asyncio.Protocol):
         """The client reset the stream (or left): its owner stops; nothing more is sent on it."""
         self.streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
-        stream.local_ended = True
-        stream._pending.clear()
-        stream.wake()
+        stream.abandon()
         if stream.owner is not None:
             stream.owner.reset()
+        self._maybe_close()
+
+    def call_started(self) -> None:
+        """A stream's call task started: it counts against the concurrency limit until it ends."""
+        self.running += 1
+        self._idle_since = None
 
     def call_ended(self) -> None:
         """A stream's call task ended: one fewer against the concurrency limit."""
@@ -499,8 +535,13 @@ class Http2ServerConnection(asyncio.Protocol):
         self._maybe_close()
 
     def _maybe_close(self) -> None:
-        if self.goaway_sent and not self.streams and self.running == 0:
+        """With no stream or call left: close after a GOAWAY either way, else start the idle clock."""
+        if self.streams or self.running:
+            return
+        if self.goaway_sent or self.goaway_received:
             self.close()
+        elif self._idle_since is None:
+            self._became_idle()
 
     # -- ending -------------------------------------------------------------------------------
 

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from tensorgate.protocols.grpc.http2 import frames as f
 from tensorgate.protocols.grpc.http2.frames import ErrorCode
 from tensorgate.protocols.grpc.http2.header_blocks import Headers
-
-if TYPE_CHECKING:
-    from tensorgate.protocols.grpc.http2.connection import Http2ServerConnection
 
 
 class StreamOwner(Protocol):
@@ -28,6 +25,24 @@ class StreamOwner(Protocol):
     def reset(self) -> None: ...
 
 
+class StreamConnection(Protocol):
+    """What a stream needs of its connection (``connection.Http2ServerConnection``), named here so
+    that this module does not import that one."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def write(self, data: bytes) -> None: ...
+
+    def flush(self, stream: Stream) -> None: ...
+
+    async def writable(self) -> None: ...
+
+    def header_frames(self, stream_id: int, headers: Headers, end_stream: bool) -> bytes: ...
+
+    def close_stream(self, stream: Stream, code: ErrorCode) -> None: ...
+
+
 class Stream:
     """One request stream: what the call sends goes through here, paced by flow control."""
 
@@ -36,6 +51,7 @@ class Stream:
         "_drained",
         "_pending",
         "_unacked",
+        "_window",
         "id",
         "local_ended",
         "owner",
@@ -44,7 +60,7 @@ class Stream:
         "send_window",
     )
 
-    def __init__(self, conn: Http2ServerConnection, stream_id: int, send_window: int, recv_window: int) -> None:
+    def __init__(self, conn: StreamConnection, stream_id: int, send_window: int, recv_window: int) -> None:
         self.id = stream_id
         self._conn = conn
         self.owner: StreamOwner | None = None
@@ -55,6 +71,7 @@ class Stream:
         self.remote_ended = False
         self.local_ended = False
         self._unacked = 0
+        self._window = recv_window  # what the receive window is reopened to
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -122,10 +139,16 @@ class Stream:
     def consumed(self, size: int) -> None:
         """The call took ``size`` received bytes: reopen the window once half of it is used."""
         self._unacked += size
-        if self._unacked >= self._conn.limits.stream_window // 2 and not self.remote_ended:
+        if self._unacked >= self._window // 2 and not self.remote_ended:
             self._conn.write(f.window_update(self.id, self._unacked))
             self.recv_window += self._unacked
             self._unacked = 0
+
+    def abandon(self) -> None:
+        """The client reset the stream or left: nothing more will be written on it."""
+        self.local_ended = True
+        self._pending.clear()
+        self.wake()
 
     def reset(self, code: ErrorCode = ErrorCode.CANCEL) -> None:
         """End the stream now (RST_STREAM), whatever is unsent; its owner stops, as when the client
