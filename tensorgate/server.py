@@ -315,6 +315,7 @@ class Server:
             tls=self._tls(GRPC_ALPN),
             max_connections=section.max_connections,
             gate=self.gate,
+            transport=section.grpc_transport,
         )
         await self._grpc.start()
         self.ports["grpc"] = self._grpc.port

@@ -88,6 +88,9 @@ class ServerSection(Strict):
     keep_alive_s: float = Field(default=75.0, gt=0)
     # A gRPC connection with no call open this long gets GOAWAY (clients reconnect); None: never.
     grpc_idle_timeout_s: float | None = Field(default=600.0, gt=0)
+    # native: tensorgate's HTTP/2 on the event loop; grpcio: grpcio's own server (grpc.aio), kept to
+    # measure the two side by side (benchmarks/bench_grpc_transport.py); it takes no auth, tls or max_connections.
+    grpc_transport: Literal["native", "grpcio"] = "native"
     # Port 0 asks the OS for a free port; the chosen ports are written here when given, so a
     # supervisor (or a test) can find them.
     ports_file: Path | None = None
@@ -130,6 +133,14 @@ class ServerSection(Strict):
     fair_queuing: bool = True
     tenant_header: str = Field(default="X-Tenant", pattern=r"^[A-Za-z0-9-]{1,64}$")
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)  # unknown tenants: weight 1, no bound
+
+    @model_validator(mode="after")
+    def _grpcio_serves_less(self) -> ServerSection:
+        if self.grpc_transport == "grpcio":
+            refused = [key for key in ("auth", "tls", "max_connections") if getattr(self, key) is not None]
+            if refused:
+                raise ValueError(f"grpc_transport grpcio cannot serve with {' or '.join(refused)}: use native")
+        return self
 
     @model_validator(mode="after")
     def _management(self) -> ServerSection:

@@ -21,9 +21,20 @@ def _reference(repo: Path, model: str, name: str, array: np.ndarray) -> np.ndarr
     return session.run(None, {name: array})[0]
 
 
-@pytest.fixture()
-def client(example_server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
-    c = grpcclient.InferenceServerClient(example_server.grpc_address)
+@pytest.fixture(scope="module")
+def grpcio_server(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The same repository behind grpcio's own server (``server.grpc_transport: grpcio``)."""
+    config = tmp_path_factory.mktemp("grpcio") / "server.yaml"
+    config.write_text("server: {grpc_transport: grpcio}\n")
+    with ServerProcess("--config", str(config), "--model-repository", str(example_repo)) as server:
+        yield server
+
+
+@pytest.fixture(params=["native", "grpcio"])
+def client(request: pytest.FixtureRequest) -> Iterator[grpcclient.InferenceServerClient]:
+    """Every test runs against both transports: tensorgate's HTTP/2 and grpcio's server."""
+    server: ServerProcess = request.getfixturevalue("example_server" if request.param == "native" else "grpcio_server")
+    c = grpcclient.InferenceServerClient(server.grpc_address)
     yield c
     c.close()
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from typing import Any, Literal
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
@@ -21,6 +22,7 @@ from tensorgate.models.service import InferenceService
 from tensorgate.observability.tracing import Tracer
 from tensorgate.protocols.grpc.call import CallSettings
 from tensorgate.protocols.grpc.generated import _pool
+from tensorgate.protocols.grpc.grpcio_server import GrpcioServer
 from tensorgate.protocols.grpc.health import INFERENCE_SERVICE, ReadinessHealth
 from tensorgate.protocols.grpc.http2.connection import Http2Limits
 from tensorgate.protocols.grpc.methods import MethodTable
@@ -69,20 +71,28 @@ class GrpcListener:
         tls: ssl.SSLContext | None = None,
         max_connections: int | None = None,
         gate: Gate | None = None,
+        transport: Literal["native", "grpcio"] = "native",
     ) -> None:
         self.name = "grpc"
         self._host, self._requested_port = host, port
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._health = ReadinessHealth(service)
-        methods = MethodTable()
+        server: GrpcServer | GrpcioServer
+        if transport == "grpcio":
+            server = GrpcioServer(max_message_bytes, MAX_SEND_BYTES, limits.max_concurrent_streams)
+            methods: Any = server.methods
+        else:
+            methods = MethodTable()
         add_to_server(InferenceServicer(service, settings, tracer, clock), methods)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, methods)
         names = (INFERENCE_SERVICE, HEALTH_SERVICE, reflection.SERVICE_NAME)
         reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
             reflection.aio.ReflectionServicer(names, pool=_reflection_pool()), methods
         )
-        call_settings = CallSettings(max_receive_bytes=max_message_bytes, max_send_bytes=MAX_SEND_BYTES, gate=gate)
-        self._server = GrpcServer(methods, call_settings, limits, tls=tls, max_connections=max_connections)
+        if transport == "native":
+            call_settings = CallSettings(max_receive_bytes=max_message_bytes, max_send_bytes=MAX_SEND_BYTES, gate=gate)
+            server = GrpcServer(methods, call_settings, limits, tls=tls, max_connections=max_connections)
+        self._server = server
         self._port = 0
         self._refresher: asyncio.Task[None] | None = None
 
@@ -113,4 +123,7 @@ class GrpcListener:
                 await self._refresher
         await self._health.enter_graceful_shutdown()
         await asyncio.sleep(0)  # Watch streams send NOT_SERVING; they never end alone, so end them
-        await self._server.stop(grace_s, end_at_once=lambda call: call.path == WATCH_PATH)
+        if isinstance(self._server, GrpcioServer):
+            await self._server.stop(grace_s)
+        else:
+            await self._server.stop(grace_s, end_at_once=lambda call: call.path == WATCH_PATH)
