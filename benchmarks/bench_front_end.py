@@ -173,13 +173,12 @@ def table(rows: list[Run]) -> list[str]:
     return lines
 
 
-def build_name() -> str:
+def pure_build() -> bool:
+    """Whether tensorgate runs uncompiled: py-spy cannot see mypyc-compiled functions (their time
+    shows in their Python callers), so the profile is taken only on the pure-Python build."""
     import tensorgate
 
-    built = json.loads((Path(tensorgate.__file__).parent / "_build.json").read_text())
-    if built.get("pure"):
-        return "pure-Python build"
-    return "compiled build (py-spy cannot see the mypyc-compiled functions: their time shows in their callers)"
+    return bool(json.loads((Path(tensorgate.__file__).parent / "_build.json").read_text()).get("pure"))
 
 
 def mark(ok: bool) -> str:
@@ -271,11 +270,15 @@ def main() -> int:
                     for e, client, c, drive in plan[shift:] + plan[:shift]:
                         runs.append(measure(e, client, c, drive))
                         print(f"round {round_index + 1}: {e.label}, {client}, c={c}: {runs[-1].measure.rps:,.0f}")
-                profiled = args.profile_seconds > 0 and record(
-                    served,
-                    args.profile_seconds,
-                    work / "profile.txt",
-                    lambda: run_hey([], hey, endpoints[4].url, body_path, args.profile_seconds, 64),
+                profiled = (
+                    args.profile_seconds > 0
+                    and pure_build()
+                    and record(
+                        served,
+                        args.profile_seconds,
+                        work / "profile.txt",
+                        lambda: run_hey([], hey, endpoints[4].url, body_path, args.profile_seconds, 64),
+                    )
                 )
                 profile = profile_table(work / "profile.txt") if profiled else []
     finally:
@@ -331,11 +334,13 @@ def main() -> int:
         f"{echo_c1.measure.p50_ms:.2f} ms (hey reports 0.1 ms steps).",
         "",
     ]
+    lines += ["### Where the event loop's time goes: tensorgate, mlp8, hey -c 64, pure-Python build", ""]
     if profile:
+        lines += [*profile, ""]
+    else:
         lines += [
-            f"### Where the event loop's time goes: tensorgate, mlp8, hey -c 64, {build_name()}",
-            "",
-            *profile,
+            "_Not profiled in this run: it needs py-spy and the pure-Python build "
+            "(`TENSORGATE_PURE_PYTHON=1 make install`, then this script), as py-spy cannot see compiled functions._",
             "",
         ]
     text = "\n".join(lines)
