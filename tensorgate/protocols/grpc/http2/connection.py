@@ -5,9 +5,10 @@ each completion to the event loop through a socketpair, about ten thread wakeups
 Read here, a request costs the loop what an HTTP request does: behind the same servicers
 (``benchmarks/bench_grpc_transport.py``, ``server.grpc_transport: grpcio``) the MLP at 64 clients
 ran 4.2x grpcio's requests/s (3.97-4.32x over the rounds) at a fifth of its server CPU per request,
-and the ResNet-shaped model at 10 clients was even with it (0.98-1.12x of its share of the ceiling). The frames are few and large (the
-server allows the largest frame size, so a client sends a tensor in one DATA frame), and a DATA
-payload goes to its stream as it arrives, never reassembled here.
+and the ResNet-shaped model at 10 clients was even with it (0.98-1.12x of its share of the ceiling).
+
+The frames are few and large (the server allows the largest frame size, so a client sends a tensor
+in one DATA frame), and a DATA payload goes to its stream as it arrives, never reassembled here.
 
 Each request stream is a :class:`~tensorgate.protocols.grpc.http2.stream.Stream`, which this
 connection paces by the client's flow-control windows.
