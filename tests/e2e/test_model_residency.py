@@ -162,9 +162,9 @@ def test_a_model_in_use_is_not_evicted_and_the_load_needing_its_room_is_refused(
 ) -> None:
     server, hold = tight
     body = v2_body([[0, 0, 0, 0]])
-    assert (
-        httpx.post(f"{server.url}/v2/models/held/infer", json=body, timeout=30.0).json()["outputs"][0]["data"][0] == 2
-    )
+    first = httpx.post(f"{server.url}/v2/models/held/infer", json=body, timeout=30.0)
+    assert first.status_code == 200, (first.text, _index(server))
+    assert first.json()["outputs"][0]["data"][0] == 2
     hold.touch()
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(httpx.post, f"{server.url}/v2/models/held/infer", json=body, timeout=30.0)
