@@ -40,7 +40,12 @@ class InstancePool:
         return sum(1 for i in self.instances if i.available)
 
     def acquire(self, avoid: Instance | None = None) -> Instance | None:
-        """An idle instance in rotation (round-robin among them), marked busy; None when there is none."""
+        """An idle instance in rotation (round-robin among them), marked busy; None when there is none.
+
+        ``avoid`` (the instance a retried batch failed on) is taken only when no other instance is
+        in rotation: while another is, busy or not, the retry waits for it. Taking the failed one
+        because it happened to be the idle one failed the retry too, and the client saw a 500.
+        """
         count = len(self.instances)
         fallback: Instance | None = None
         for step in range(count):
@@ -53,8 +58,9 @@ class InstancePool:
             self._next = (self._next + step + 1) % count
             self._busy.add(candidate)
             return candidate
-        if fallback is not None:
-            self._busy.add(fallback)
+        if fallback is None or any(i is not avoid and i.available for i in self.instances):
+            return None
+        self._busy.add(fallback)
         return fallback
 
     def acquire_for_probe(self, instance: Instance) -> bool:

@@ -331,7 +331,7 @@ class Scheduler:
                 # A retried request may sit behind a higher-priority one: any member's failed instance counts.
                 failed_on = next((p.failed_on for p in decision.batch if p.failed_on is not None), None)
                 instance = self._pool.acquire(avoid=failed_on)
-                if instance is None:  # the policy saw an idle instance; nothing else takes one meanwhile
+                if instance is None:  # the idle one is the retry's failed instance: wait for another
                     self._arm(None)
                     break
                 self._queue.take(decision.batch)

@@ -342,6 +342,25 @@ async def test_a_retry_avoids_the_instance_it_failed_on() -> None:
     assert _sample(metrics, "tensorgate_request_retries_total") == 1
 
 
+async def test_a_retry_waits_for_a_busy_instance_rather_than_the_one_it_failed_on() -> None:
+    flaky, steady = DiesButLooksHealthy("flaky"), GatedInstance("steady")
+    scheduler, _ = make_counted(flaky, steady, batching=False)
+    first = asyncio.ensure_future(submit(scheduler, 1.0))  # to the flaky instance
+    await asyncio.wait_for(flaky.started.wait(), 5.0)
+    second = asyncio.ensure_future(submit(scheduler, 2.0))  # to steady, which holds it
+    await asyncio.wait_for(steady.started.wait(), 5.0)
+    flaky.gate.set()  # the first batch fails; the only idle instance is the one it failed on
+    for _ in range(100):  # the failure reaches the scheduler a loop turn or two later
+        if scheduler.queued:
+            break
+        await asyncio.sleep(0)
+    assert scheduler.queued == 1 and not first.done()  # waiting, not sent back to flaky
+    steady.gate.set()
+    assert (await asyncio.wait_for(second, 5.0)).tolist() == [[20.0, 20.0]]
+    assert (await asyncio.wait_for(first, 5.0)).tolist() == [[10.0, 10.0]]
+    assert len(flaky.batches) == 1 and len(steady.batches) == 2
+
+
 async def test_queued_requests_wait_for_a_restart_and_are_answered_when_it_fails() -> None:
     only = GatedInstance("only", die=True)
     scheduler, metrics = make_counted(only, batching=False)
