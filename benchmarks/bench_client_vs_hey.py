@@ -31,9 +31,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _echo import asgi_app
 
 from tensorgate.bench.http_client import ConnectionPool, encode_request
 from tensorgate.bench.inputs import Tensor
@@ -237,23 +239,6 @@ def client_options(server: ServerProcess, body: bytes, n: int, hey: str | None, 
 
 # -- a trivial endpoint: the clients compared with no server-side batching in the way -----------
 
-TRIVIAL_BODY = (
-    b'{"model_name":"mlp","model_version":"1","outputs":[{"name":"probabilities","datatype":"FP32",'
-    b'"shape":[1,3],"data":[0.2,0.3,0.5]}]}'
-)
-
-
-async def trivial_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """Reads the request body and answers a fixed V2 response: the cheapest honest endpoint."""
-    if scope["type"] != "http":
-        return
-    more = True
-    while more:
-        message = await receive()
-        more = message.get("more_body", False)
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-    await send({"type": "http.response.body", "body": TRIVIAL_BODY})
-
 
 def serve_trivial(fd: int) -> None:
     import uvicorn
@@ -261,7 +246,7 @@ def serve_trivial(fd: int) -> None:
     # uvicorn's own ``fd=`` option assumes a Unix socket, which leaves TCP_NODELAY off (40 ms
     # delayed-ACK stalls); hand it the inherited TCP socket instead.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, fileno=fd)
-    config = uvicorn.Config(trivial_app, log_level="warning", access_log=False, loop="uvloop", http="httptools")
+    config = uvicorn.Config(asgi_app, log_level="warning", access_log=False, loop="uvloop", http="httptools")
     uvicorn.Server(config).run(sockets=[sock])
 
 
