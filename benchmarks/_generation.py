@@ -141,21 +141,19 @@ async def _continuous_async(server: ServerProcess, work: Work, model: str) -> di
 def engine_runner(model_dir: Path, threads: int, lean: bool = True) -> Any:
     """The ``llm`` backend's runner over ``model_dir``, in this process."""
     from tensorgate.backends.base import Device
-    from tensorgate.backends.llm_backend import CausalLMRunner
+    from tensorgate.backends.llm.runner import load_causal_lm
 
-    runner = CausalLMRunner()
-    runner.load(model_dir, Device(), threads=threads, lean=lean)
-    return runner
+    return load_causal_lm(model_dir, Device(), threads=threads, lean=lean)
 
 
 def run_engine(runner: Any, work: Work, max_num_seqs: int, max_num_batched_tokens: int) -> dict[str, Any]:
     """The engine in this process, without HTTP: the scheduler and model steps alone."""
     from prometheus_client import CollectorRegistry
 
-    from tensorgate.backends.llm_step import SamplingParams
     from tensorgate.clock import MonotonicClock
+    from tensorgate.generation import SamplingParams, collect
     from tensorgate.observability.generation_metrics import GenerationMetrics
-    from tensorgate.scheduling.continuous.engine import Engine, collect
+    from tensorgate.scheduling.continuous.engine import Engine
     from tensorgate.scheduling.continuous.kv_budget import KVBudget
     from tensorgate.scheduling.continuous.step_scheduler import SchedulerSettings, StepScheduler
 

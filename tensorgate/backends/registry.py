@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from tensorgate.backends.base import Backend
+from pathlib import Path
+
+from tensorgate.backends.base import Backend, Device
 from tensorgate.errors import ModelLoadError
+from tensorgate.generation import GenerativeRunner
+
+# Backends that generate text a step at a time (a continuous-batching engine drives them) rather
+# than answer batches through instances.
+GENERATIVE = frozenset({"llm"})
 
 # The extra that installs what each backend imports beyond the core dependencies.
 _EXTRAS = {"llm": "llm", "torch": "torch"}
@@ -35,3 +42,14 @@ def create_backend(name: str) -> Backend:
             "which is not installed on this host; export the model to ONNX or install CANN"
         )
     raise ModelLoadError(f"unknown backend {name!r}; expected onnxruntime, python, torch or llm")
+
+
+def load_generative(
+    name: str, directory: Path, device: Device, dtype: str, threads: int, lean: bool
+) -> GenerativeRunner:
+    """Load a generative model (blocking: call it off the event loop)."""
+    if name == "llm":
+        from tensorgate.backends.llm.runner import load_causal_lm
+
+        return load_causal_lm(directory, device, dtype, threads, lean)
+    raise ModelLoadError(f"backend {name!r} does not generate text; expected one of {sorted(GENERATIVE)}")

@@ -136,7 +136,7 @@ class LLMSettings(Strict):
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     threads: int = Field(default=0, ge=0)
     # Plain Llama models run decode steps and prefill chunks through tensorgate's fused forward
-    # (backends/llm_lean_forward.py) instead of transformers' own, which bench_llm_realistic
+    # (backends/llm/lean_forward.py) instead of transformers' own, which bench_llm_realistic
     # measures as faster served; false keeps transformers' forward (any other model always does).
     lean_forward: bool = True
 

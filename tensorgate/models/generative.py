@@ -15,11 +15,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from tensorgate.backends.base import Device
-from tensorgate.backends.llm_backend import CausalLMRunner, TextCodec
-from tensorgate.backends.llm_step import SamplingParams
+from tensorgate.backends.registry import load_generative
 from tensorgate.clock import Clock
 from tensorgate.config.model_config import LLMSettings
 from tensorgate.errors import InvalidInput, ModelLoadError, TensorgateError, Unavailable
+from tensorgate.generation import GenerationStream, GenerativeRunner, SamplingParams, TextCodec, collect
 from tensorgate.instances.base import Instance, ModelFailed
 from tensorgate.instances.factory import placements
 from tensorgate.instances.pool import InstancePool
@@ -27,7 +27,7 @@ from tensorgate.models.model_version import ModelVersion, VersionState, VersionS
 from tensorgate.models.specs import resolve_specs
 from tensorgate.observability.metrics import Metrics
 from tensorgate.repository.source import ModelSource, VersionSource
-from tensorgate.scheduling.continuous.engine import Engine, EngineSettings, GenerationStream, collect
+from tensorgate.scheduling.continuous.engine import Engine, EngineSettings
 from tensorgate.scheduling.continuous.kv_budget import KVBudget
 from tensorgate.scheduling.continuous.step_scheduler import SchedulerSettings, StepScheduler
 from tensorgate.scheduling.scheduler import QueueSettings
@@ -40,8 +40,6 @@ TEXT_INPUT = TensorSpec("text_input", DataType.BYTES, (-1, 1))
 TEXT_OUTPUT = TensorSpec("text_output", DataType.BYTES, (-1, 1))
 # V2 infer requests run through this many adapter instances at once (each submits its rows).
 _V2_CONCURRENCY = 16
-
-__all__ = ["GenerationStream", "GenerativeModelVersion", "SamplingParams", "load_generative_version"]
 
 
 class _EngineInstance(Instance):
@@ -96,14 +94,13 @@ class GenerativeModelVersion(ModelVersion):
         self,
         name: str,
         version: int,
-        runner: CausalLMRunner,
+        runner: GenerativeRunner,
         settings: LLMSettings,
         source: ModelSource,
         device: Device,
         clock: Clock,
         metrics: Metrics,
     ) -> None:
-        assert runner.codec is not None
         self.runner = runner
         self.codec: TextCodec = runner.codec
         self.settings = settings
@@ -198,7 +195,7 @@ class GenerativeModelVersion(ModelVersion):
 async def load_generative_version(
     source: ModelSource, vsource: VersionSource, status: VersionStatus, clock: Clock, metrics: Metrics
 ) -> GenerativeModelVersion:
-    """Load and warm one ``llm`` version, not yet serving; raises ModelLoadError, leaving nothing behind."""
+    """Load and warm one generative version, not yet serving; raises ModelLoadError, leaving nothing behind."""
     name, version = source.name, vsource.version
     settings = source.config.llm or LLMSettings()
     started = clock.now()
@@ -208,9 +205,14 @@ async def load_generative_version(
         device = placement.device
         if placement.isolation != "thread":
             raise ModelLoadError("the llm backend runs in the server process (isolation: thread)")
-        runner = CausalLMRunner()
-        await asyncio.to_thread(
-            runner.load, vsource.directory, device, settings.dtype, settings.threads, settings.lean_forward
+        runner = await asyncio.to_thread(
+            load_generative,
+            source.backend,
+            vsource.directory,
+            device,
+            settings.dtype,
+            settings.threads,
+            settings.lean_forward,
         )
         model_version = GenerativeModelVersion(name, version, runner, settings, source, device, clock, metrics)
         metrics.load_seconds.labels(name, str(version)).observe(clock.now() - started)

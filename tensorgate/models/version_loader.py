@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from tensorgate.backends.base import LoadSpec
-from tensorgate.backends.registry import missing_runtime
+from tensorgate.backends.registry import GENERATIVE, missing_runtime
 from tensorgate.clock import Clock
 from tensorgate.config.model_config import DynamicBatching, TensorConfig, WarmupSample
 from tensorgate.errors import ModelLoadError
@@ -21,6 +21,7 @@ from tensorgate.instances.base import Instance, InstanceDied
 from tensorgate.instances.factory import create_instance, placements
 from tensorgate.instances.health import HealthMonitor, finite_outputs
 from tensorgate.instances.pool import InstancePool
+from tensorgate.models.generative import load_generative_version
 from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
 from tensorgate.models.pipeline import PipelineModelVersion, StepRunner
 from tensorgate.models.specs import resolve_specs
@@ -97,9 +98,7 @@ async def build_version(
             if run_step is None:
                 raise ModelLoadError("pipelines need the server's routing to reach their steps")
             return PipelineModelVersion(source.name, vsource.version, source.config, run_step, clock, metrics)
-        if source.backend == "llm":  # generative: a continuous-batching engine instead of instances
-            from tensorgate.models.generative import load_generative_version  # imports torch
-
+        if source.backend in GENERATIVE:  # a continuous-batching engine instead of instances
             return await load_generative_version(source, vsource, status, clock, metrics)
         return await _build_batching(source, vsource, status, clock, metrics, tracer, generation)
     except ModelLoadError:

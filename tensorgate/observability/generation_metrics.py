@@ -8,7 +8,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from tensorgate.observability.metrics import LATENCY_BUCKETS
+from tensorgate.observability.buckets import LATENCY_BUCKETS
 from tensorgate.observability.status_window import StatusWindows
 
 TOKEN_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
 from tensorgate.clock import Clock, MonotonicClock
 from tensorgate.errors import OUTCOME_BY_CODE
+from tensorgate.observability.buckets import LATENCY_BUCKETS
+from tensorgate.observability.generation_metrics import GenerationMetrics
 from tensorgate.observability.gpu import register_gpu_metrics
 from tensorgate.observability.loop_metrics import (
     Counter,
@@ -29,29 +30,6 @@ from tensorgate.observability.loop_metrics import (
 from tensorgate.observability.status_window import StatusWindows
 from tensorgate.observability.worker_metrics import WorkerCollector
 
-if TYPE_CHECKING:
-    from tensorgate.observability.generation_metrics import GenerationMetrics
-
-# Latency buckets from 0.5 ms to 60 s: small models answer in ~1 ms, generation runs for seconds.
-LATENCY_BUCKETS = (
-    0.0005,
-    0.001,
-    0.002,
-    0.004,
-    0.008,
-    0.016,
-    0.032,
-    0.064,
-    0.128,
-    0.256,
-    0.512,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
 LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # The largest absolute difference between a shadow's outputs and the served ones: 0 to large.
@@ -302,8 +280,6 @@ class Metrics:
     def generation(self) -> GenerationMetrics:
         """The text-generation families, registered when the first generative model loads."""
         if self._generation is None:
-            from tensorgate.observability.generation_metrics import GenerationMetrics
-
             self._generation = GenerationMetrics(self.registry, self.status)
         return self._generation
 

@@ -11,15 +11,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from tensorgate.backends import llm_backend
 from tensorgate.backends.base import Device
-from tensorgate.backends.llm_backend import CausalLMRunner, _row_ranges, _runs, _similar_widths
-from tensorgate.backends.llm_step import Sampled, SamplingParams, StepPlan
+from tensorgate.backends.llm import row_groups
+from tensorgate.backends.llm.kv_cache import _runs
+from tensorgate.backends.llm.row_groups import row_ranges, similar_widths
+from tensorgate.backends.llm.runner import CausalLMRunner, load_causal_lm
 from tensorgate.clock import MonotonicClock
 from tensorgate.errors import InternalError, InvalidInput
-from tensorgate.scheduling.continuous.engine import Engine, GenerationStream, collect
+from tensorgate.generation import FinishReason, GenerationStream, Sampled, SamplingParams, StepPlan, collect
+from tensorgate.scheduling.continuous.engine import Engine
 from tensorgate.scheduling.continuous.kv_budget import KVBudget
-from tensorgate.scheduling.continuous.sequence import FinishReason
 from tensorgate.scheduling.continuous.step_scheduler import SchedulerSettings, StepScheduler
 
 VOCAB = range(7, 70)
@@ -28,9 +29,7 @@ VOCAB = range(7, 70)
 @pytest.fixture(scope="module", params=[False, True], ids=["transformers-forward", "lean-forward"])
 def runner(tiny_dir: Path, request: pytest.FixtureRequest) -> CausalLMRunner:
     """Every engine test runs on both forwards: transformers' own and the lean one (the default)."""
-    r = CausalLMRunner()
-    r.load(tiny_dir, Device(), lean=request.param)
-    return r
+    return load_causal_lm(tiny_dir, Device(), lean=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +86,6 @@ async def make_engine(runner: CausalLMRunner) -> AsyncIterator[object]:
     async def build(
         *, seqs: int = 8, tokens: int = 64, kv_tokens: int = 4096, block: int = 16
     ) -> tuple[Engine, CheckedRunner]:
-        assert runner.codec is not None
         scheduler = StepScheduler(
             SchedulerSettings(seqs, tokens, max_model_len=512, eos_token_id=runner.codec.eos_token_id),
             KVBudget(kv_tokens * runner.kv_bytes_per_token, runner.kv_bytes_per_token, block),
@@ -250,7 +248,6 @@ async def test_seeded_sampling_is_reproducible(make_engine) -> None:  # type: ig
 
 async def test_stop_strings_and_rejections(make_engine, runner: CausalLMRunner) -> None:  # type: ignore[no-untyped-def]
     engine, _ = await make_engine()
-    assert runner.codec is not None
     first = engine.submit([9, 10, 11], SamplingParams(max_tokens=10, ignore_eos=True))
     await collect(first)
     words = first.text.split()
@@ -267,7 +264,7 @@ async def test_prompts_prefilled_together_match_generate(make_engine, reference)
     # Five prompts of different lengths admitted in one step: prefilled in left-padded forwards of
     # similar lengths (150 and 140 together; 12, 9 and 1 together), each must match generate alone.
     lengths = (9, 150, 12, 1, 140)
-    assert _similar_widths(sorted(lengths, reverse=True), 0, 5) == [(0, 2), (2, 5)]
+    assert similar_widths(sorted(lengths, reverse=True), 0, 5) == [(0, 2), (2, 5)]
     engine, checked = await make_engine(seqs=8, tokens=512)
     rng = random.Random(21)
     work = [([rng.choice(VOCAB) for _ in range(n)], 12) for n in lengths]
@@ -284,15 +281,15 @@ async def test_decode_rows_attend_over_only_the_key_columns_they_need(make_engin
     """Rows of very different lengths decode in one batch, longest first, and ranges of shorter rows
     attend over fewer key columns (forced here, where it would not pay); each sequence must still
     match generate alone."""
-    monkeypatch.setattr(llm_backend, "MIN_SAVED_KEY_SLOTS", 0)
+    monkeypatch.setattr(row_groups, "MIN_SAVED_KEY_SLOTS", 0)
     used: list[list[tuple[int, int]]] = []
 
     def recorded(lengths: list[int]) -> list[tuple[int, int]]:
-        ranges = _row_ranges(lengths)
+        ranges = row_ranges(lengths)
         used.append(ranges)
         return ranges
 
-    monkeypatch.setattr(llm_backend, "_row_ranges", recorded)
+    monkeypatch.setattr(row_groups, "row_ranges", recorded)
     lengths = (9, 150, 12, 1, 140, 60)
     engine, checked = await make_engine(seqs=8, tokens=512)
     rng = random.Random(5)
@@ -309,8 +306,8 @@ async def test_decode_rows_attend_over_only_the_key_columns_they_need(make_engin
 def test_decode_row_ranges_split_where_padding_would_waste_enough() -> None:
     # Longest first; a departed row (0) inside a range does not split it.
     lengths = [500] * 10 + [0] + [470] * 9 + [60] * 20
-    assert _row_ranges(lengths) == [(0, 20), (20, 40)]
-    assert _row_ranges([100, 99, 98]) == [(0, 3)]  # nothing to gain: one range
+    assert row_ranges(lengths) == [(0, 20), (20, 40)]
+    assert row_ranges([100, 99, 98]) == [(0, 3)]  # nothing to gain: one range
 
 
 def test_rows_that_keep_their_order_move_as_runs() -> None:
@@ -321,10 +318,10 @@ def test_rows_that_keep_their_order_move_as_runs() -> None:
 
 
 def test_prompts_are_grouped_only_where_padding_would_waste_enough() -> None:
-    assert _similar_widths([100, 98, 97, 95], 0, 4) == [(0, 4)]  # little padding: one forward
-    assert _similar_widths([40, 29, 17, 3, 1], 0, 5) == [(0, 5)]  # too few slots saved to pay a forward
-    assert _similar_widths([256, 250, 240, 30, 20, 16], 0, 6) == [(0, 3), (3, 6)]
-    groups = _similar_widths([256, 250, 250, 250, 128, 120, 120, 120, 16, 15, 15, 15], 0, 12)
+    assert similar_widths([100, 98, 97, 95], 0, 4) == [(0, 4)]  # little padding: one forward
+    assert similar_widths([40, 29, 17, 3, 1], 0, 5) == [(0, 5)]  # too few slots saved to pay a forward
+    assert similar_widths([256, 250, 240, 30, 20, 16], 0, 6) == [(0, 3), (3, 6)]
+    groups = similar_widths([256, 250, 250, 250, 128, 120, 120, 120, 16, 15, 15, 15], 0, 12)
     assert groups == [(0, 4), (4, 8), (8, 12)]
 
 
@@ -354,7 +351,6 @@ class FailsOnce:
 
 
 async def test_a_failing_step_fails_its_sequences_and_the_engine_keeps_serving(runner: CausalLMRunner) -> None:
-    assert runner.codec is not None
     scheduler = StepScheduler(
         SchedulerSettings(4, 64, max_model_len=512, eos_token_id=runner.codec.eos_token_id),
         KVBudget(4096 * runner.kv_bytes_per_token, runner.kv_bytes_per_token, 16),

@@ -11,7 +11,7 @@ from llm_model_factory import build_model
 from transformers import AutoModelForCausalLM
 from transformers.cache_utils import Cache, DynamicLayer
 
-from tensorgate.backends.llm_lean_forward import LeanForward, lean_forward
+from tensorgate.backends.llm.lean_forward import LeanForward, lean_forward
 
 
 @pytest.mark.parametrize(("heads", "kv_heads"), [(2, 2), (4, 2), (2, 1)], ids=["mha", "gqa", "mqa"])

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorgate.backends.llm_step import SamplingParams
 from tensorgate.errors import InvalidInput, QueueFull
+from tensorgate.generation import FinishReason, SamplingParams
 from tensorgate.scheduling.continuous.kv_budget import KVBudget, kv_bytes_per_token
-from tensorgate.scheduling.continuous.sequence import FinishReason, SeqStatus, Sequence
+from tensorgate.scheduling.continuous.sequence import SeqStatus, Sequence
 from tensorgate.scheduling.continuous.step_scheduler import SchedulerSettings, StepScheduler
 
 

@@ -15,13 +15,11 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 import orjson
 
-from tensorgate.backends.llm_step import SamplingParams
 from tensorgate.errors import Cancelled, InvalidInput, TensorgateError
+from tensorgate.generation import FinishReason, GenerationStream, SamplingParams, TokenEvent
 from tensorgate.models.service import InferenceService
 from tensorgate.protocols.http.body import Receive, read_body
 from tensorgate.protocols.http.security_headers import NOSNIFF
-from tensorgate.scheduling.continuous.engine import GenerationStream, TokenEvent
-from tensorgate.scheduling.continuous.sequence import FinishReason
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 

@@ -12,8 +12,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tensorgate.backends.llm_step import SamplingParams
 from tensorgate.errors import InvalidInput
+from tensorgate.generation import SamplingParams
 
 MAX_N = 16
 _M = TypeVar("_M", bound=BaseModel)

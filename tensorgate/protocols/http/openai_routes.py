@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tensorgate.errors import InvalidInput, MethodNotAllowed, NotFound, TensorgateError
+from tensorgate.generation import GenerationStream
 from tensorgate.models.service import InferenceService
 from tensorgate.protocols.http.body import Receive
 from tensorgate.protocols.http.generate_routes import (
@@ -36,7 +37,6 @@ from tensorgate.protocols.http.openai_codec import (
     usage,
 )
 from tensorgate.repository.names import check_model_name, parse_version
-from tensorgate.scheduling.continuous.engine import GenerationStream
 
 DEFAULT_COMPLETION_TOKENS = 16
 

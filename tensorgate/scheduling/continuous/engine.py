@@ -19,103 +19,32 @@ import contextlib
 import itertools
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from tensorgate.backends.llm_step import Sampled, SamplingParams, StepPlan
 from tensorgate.clock import Clock
 from tensorgate.errors import DeadlineExceeded, InternalError, Unavailable
+from tensorgate.generation import (
+    FinishReason,
+    GenerationStream,
+    Sampled,
+    SamplingParams,
+    StepPlan,
+    StepRunner,
+    TokenEvent,
+)
 from tensorgate.observability.generation_metrics import VersionGenerationMetrics
-from tensorgate.scheduling.continuous.sequence import FinishReason, Sequence
+from tensorgate.scheduling.continuous.sequence import Sequence
 from tensorgate.scheduling.continuous.step_scheduler import SeqUpdate, StepScheduler
 from tensorgate.scheduling.scheduler import settle
 
 log = logging.getLogger(__name__)
 
 
-class StepRunner(Protocol):
-    def run_step(self, plan: StepPlan) -> dict[int, Sampled]:
-        """Run one step (called from the engine's worker thread only)."""
-        ...
-
-    def reset(self) -> None:
-        """Drop every sequence's state (called once when an engine starts)."""
-        ...
-
-
 class Detokenizer(Protocol):
     def decode(self, token_ids: Seq[int]) -> str: ...
-
-
-@dataclass(frozen=True, slots=True)
-class TokenEvent:
-    """One generated token: its id, the text it adds, and the finish reason on the last one."""
-
-    token_id: int | None
-    text: str
-    logprob: float = 0.0
-    top: tuple[tuple[int, float], ...] = ()
-    finish_reason: FinishReason | None = None
-    count: int = 1  # tokens this event stands for (more than one when coalesced)
-
-
-@dataclass(slots=True, eq=False)
-class GenerationStream:
-    """What a caller holds for one request: an async iterator of :class:`TokenEvent`."""
-
-    seq_id: int
-    prompt_tokens: int
-    _engine: Engine = field(repr=False)
-    _queue: asyncio.Queue[TokenEvent | BaseException] = field(default_factory=asyncio.Queue, repr=False)
-    output_ids: list[int] = field(default_factory=list)
-    text: str = ""
-    finish_reason: FinishReason | None = None
-    arrival: float = 0.0
-    first_token_at: float | None = None
-    stop: tuple[str, ...] = ()
-    incremental: bool = True
-
-    def __aiter__(self) -> AsyncIterator[TokenEvent]:
-        return self.events()
-
-    async def events(self, *, coalesce: bool = False) -> AsyncIterator[TokenEvent]:
-        """The events as they come. With ``coalesce``, tokens already waiting when the caller comes
-        back are merged into one event (their texts joined, ``count`` summed): a streaming client
-        that falls behind gets fewer, larger chunks instead of a growing backlog."""
-        try:
-            while True:
-                item = await self._queue.get()
-                while coalesce and not isinstance(item, BaseException) and item.finish_reason is None:
-                    try:
-                        following = self._queue.get_nowait()
-                    except asyncio.QueueEmpty:
-                        break
-                    if isinstance(following, BaseException):
-                        yield item
-                        item = following
-                        break
-                    item = TokenEvent(
-                        following.token_id,
-                        item.text + following.text,
-                        following.logprob,
-                        following.top,
-                        following.finish_reason,
-                        item.count + following.count,
-                    )
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if item.finish_reason is not None:
-                    return
-        finally:
-            if self.finish_reason is None:
-                self.cancel()
-
-    def cancel(self) -> None:
-        """The client went away: free the slot and the cache at the next step."""
-        self._engine.abort(self.seq_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +146,7 @@ class Engine:
         stream = GenerationStream(
             seq.seq_id,
             len(prompt_ids),
-            self,
+            self.abort,
             arrival=now,
             stop=params.stop,
             incremental=incremental or bool(params.stop),
@@ -236,7 +165,7 @@ class Engine:
             self.scheduler.finish(seq_id, FinishReason.CANCELLED)
             self._work.notify()  # its cache is freed at the next step, even when nothing else runs
         stream.finish_reason = FinishReason.CANCELLED
-        stream._queue.put_nowait(error or TokenEvent(None, "", finish_reason=FinishReason.CANCELLED, count=0))
+        stream.put(error or TokenEvent(None, "", finish_reason=FinishReason.CANCELLED, count=0))
 
     # -- the driver (engine thread) ----------------------------------------------------------------
 
@@ -346,9 +275,9 @@ class Engine:
         if not stream.incremental and stream.output_ids:
             stream.text = self._detok.decode(stream.output_ids)
         if seq.finish_reason is FinishReason.EXPIRED and not stream.output_ids:
-            stream._queue.put_nowait(DeadlineExceeded("the request's deadline passed before it was scheduled"))
+            stream.put(DeadlineExceeded("the request's deadline passed before it was scheduled"))
         else:
-            stream._queue.put_nowait(TokenEvent(None, "", finish_reason=seq.finish_reason, count=0))
+            stream.put(TokenEvent(None, "", finish_reason=seq.finish_reason, count=0))
 
     def _deliver(self, update: SeqUpdate, sampled: Sampled, now: float) -> None:
         """Hand one token to its stream (a quiet one's last: all of them), unless the stream is gone."""
@@ -368,7 +297,7 @@ class Engine:
         finish = update.seq.finish_reason if update.finished else None
         if not stream.incremental and finish is None:
             if update.seq.params.logprobs is not None:  # the caller collects per-token log-probabilities
-                stream._queue.put_nowait(TokenEvent(sampled.token_id, "", sampled.logprob, sampled.top))
+                stream.put(TokenEvent(sampled.token_id, "", sampled.logprob, sampled.top))
             return  # otherwise nobody needs waking before the end
         text = self._detok.decode(stream.output_ids)
         if stream.stop:
@@ -385,7 +314,7 @@ class Engine:
         else:
             delta = text[len(stream.text) :]
             stream.text = text
-        stream._queue.put_nowait(TokenEvent(sampled.token_id, delta, sampled.logprob, sampled.top, finish))
+        stream.put(TokenEvent(sampled.token_id, delta, sampled.logprob, sampled.top, finish))
         if finish is not None:
             stream.finish_reason = finish
             del self._streams[stream.seq_id]
@@ -400,8 +329,3 @@ def _find_stop(text: str, stops: tuple[str, ...], previous: int) -> int | None:
     begin = max(0, previous - longest)
     hits = [i for i in (text.find(s, begin) for s in stops if s) if i >= 0]
     return min(hits) if hits else None
-
-
-async def collect(stream: GenerationStream) -> list[TokenEvent]:
-    """All events of a stream (for non-streaming callers)."""
-    return [event async for event in stream]

@@ -8,23 +8,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from tensorgate.backends.llm_step import SamplingParams
-
-__all__ = ["FinishReason", "SamplingParams", "SeqStatus", "Sequence"]
+from tensorgate.generation import FinishReason, SamplingParams
 
 
 class SeqStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
-
-
-class FinishReason(enum.Enum):
-    STOP = "stop"  # EOS, a stop token or a stop string
-    LENGTH = "length"  # max_tokens, the context length, or the cache cannot hold it
-    CANCELLED = "cancelled"  # the client went away
-    EXPIRED = "expired"  # its deadline passed while it waited
-    ERROR = "error"  # the model raised on its step
 
 
 @dataclass(eq=False, slots=True)

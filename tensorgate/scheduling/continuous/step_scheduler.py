@@ -21,10 +21,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from tensorgate.backends.llm_step import ScheduledChunk, StepPlan
 from tensorgate.errors import InvalidInput, QueueFull
+from tensorgate.generation import FinishReason, ScheduledChunk, StepPlan
 from tensorgate.scheduling.continuous.kv_budget import KVBudget
-from tensorgate.scheduling.continuous.sequence import FinishReason, SeqStatus, Sequence
+from tensorgate.scheduling.continuous.sequence import SeqStatus, Sequence
 
 RETRY_AFTER_S = 1.0
 # Scheduling order: higher priority (lower number) first, then earlier arrival.

@@ -18,8 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache
 
-# Consecutive row ranges of a decode batch and how many of the last key columns each range needs.
-RowGroups = list[tuple[int, int, int]]
+from tensorgate.backends.llm.row_groups import RowGroups
 
 
 class LeanForward:
