@@ -1,8 +1,9 @@
-"""tensorgate's HTTP/2 transport against grpcio's own server, behind the same servicers (issue 35).
+"""tensorgate's HTTP/2 transport against the h2 library's and grpcio's server, behind the same servicers.
 
-``tensorgate/protocols/grpc/http2/`` replaces grpcio's server (``grpc.aio``), which reads sockets
-on threads of its own; ``server.grpc_transport: grpcio`` serves the same services on it. Both
-servers are up at once over one repository and take turns, the order rotated per round:
+``tensorgate/protocols/grpc/http2/`` replaces both: h2 (the I/O-free HTTP/2 state machine,
+``server.grpc_transport: h2``, the same calls on the event loop) and grpcio's server (``grpc.aio``,
+which reads sockets on threads of its own; ``server.grpc_transport: grpcio``). The three servers
+are up at once over one repository and take turns, the order rotated per round:
 
 1. the MLP at 64 clients (``tensorgate bench --protocol grpc -c 64``): requests/s, latency, and
    the server's event-loop and total CPU per request;
@@ -35,7 +36,7 @@ from tensorgate.testing import ServerProcess
 
 OUT = Path(__file__).parent / "out"
 STEM = Path(__file__).stem
-TRANSPORTS = ("native", "grpcio")
+TRANSPORTS = ("native", "h2", "grpcio")
 
 
 def rotated(round_index: int) -> list[str]:
@@ -47,12 +48,12 @@ def spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.2f} (rounds {min(values):.2f}-{max(values):.2f})"
 
 
-def verdict(ratios: list[float]) -> str:
-    """native / grpcio per round: a win counts only when every round agrees."""
+def verdict(ratios: list[float], other: str) -> str:
+    """native / ``other`` per round: a win counts only when every round agrees."""
     if min(ratios) > 1:
         return "native wins in every round"
     if max(ratios) < 1:
-        return "**grpcio wins in every round**"
+        return f"**{other} wins in every round**"
     return "within the rounds' spread"
 
 
@@ -106,8 +107,8 @@ def main() -> int:
             for server in servers.values():
                 server.__exit__(None, None, None)
 
-    def per_round(figure: Callable[[Measured], float]) -> list[float]:
-        return [figure(a) / figure(b) for a, b in zip(mlp["native"], mlp["grpcio"], strict=True)]
+    def per_round(figure: Callable[[Measured], float], other: str) -> list[float]:
+        return [figure(a) / figure(b) for a, b in zip(mlp["native"], mlp[other], strict=True)]
 
     def loop_us(m: Measured) -> float:
         return per_request(m, m.cores.loop)
@@ -123,13 +124,20 @@ def main() -> int:
         f"| {sum(m.result.errors for m in runs)} | {statistics.median(resnet[transport]):.2f} |"
         for transport, runs in mlp.items()
     ]
-    rps_ratio = per_round(lambda m: m.result.rps)
-    cpu_ratio = per_round(server_us)
-    ceiling_ratio = [a / b for a, b in zip(resnet["native"], resnet["grpcio"], strict=True)]
+    comparisons = []
+    for other in TRANSPORTS[1:]:
+        rps_ratio = per_round(lambda m: m.result.rps, other)
+        cpu_ratio = per_round(server_us, other)
+        ceiling_ratio = [a / b for a, b in zip(resnet["native"], resnet[other], strict=True)]
+        comparisons += [
+            f"- MLP req/s, native / {other}: {spread(rps_ratio)}: {verdict(rps_ratio, other)}.",
+            f"- MLP server CPU per request, native / {other}: {spread(cpu_ratio)} (lower is cheaper).",
+            f"- ResNet of the ceiling, native / {other}: {spread(ceiling_ratio)}: {verdict(ceiling_ratio, other)}.",
+        ]
     lines = [
-        f"## gRPC transports: tensorgate's HTTP/2 against grpcio's server ({STEM}.py)",
+        f"## gRPC transports: tensorgate's HTTP/2 against h2's and grpcio's ({STEM}.py)",
         "",
-        f"Both servers up at once over one repository; {args.rounds} rounds, the order rotated per round. MLP: "
+        f"The three servers up at once over one repository; {args.rounds} rounds, the order rotated per round. MLP: "
         f"`tensorgate bench --protocol grpc -c 64 -z {args.seconds:g}s` (max batch 64, 2 ms window). ResNet-18-"
         f"shaped model: `-c 10 -z {args.seconds * 2:g}s`, each run against the in-process ceiling measured "
         "around it. CPU per request: the server's main thread (the event loop) and every thread of it "
@@ -140,9 +148,7 @@ def main() -> int:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
-        f"- MLP req/s, native / grpcio: {spread(rps_ratio)}: {verdict(rps_ratio)}.",
-        f"- MLP server CPU per request, native / grpcio: {spread(cpu_ratio)} (lower is cheaper).",
-        f"- ResNet of the ceiling, native / grpcio: {spread(ceiling_ratio)}: {verdict(ceiling_ratio)}.",
+        *comparisons,
         "",
     ]
     text = "\n".join(lines)

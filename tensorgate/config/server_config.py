@@ -88,9 +88,10 @@ class ServerSection(Strict):
     keep_alive_s: float = Field(default=75.0, gt=0)
     # A gRPC connection with no call open this long gets GOAWAY (clients reconnect); None: never.
     grpc_idle_timeout_s: float | None = Field(default=600.0, gt=0)
-    # native: tensorgate's HTTP/2 on the event loop; grpcio: grpcio's own server (grpc.aio), kept to
-    # measure the two side by side (benchmarks/bench_grpc_transport.py); it takes no auth, tls or max_connections.
-    grpc_transport: Literal["native", "grpcio"] = "native"
+    # native: tensorgate's HTTP/2 on the event loop; h2: the same calls over the h2 library's HTTP/2;
+    # grpcio: grpcio's own server (grpc.aio), which takes no auth, tls or max_connections. The other
+    # two are kept to measure them side by side (benchmarks/bench_grpc_transport.py).
+    grpc_transport: Literal["native", "h2", "grpcio"] = "native"
     # Port 0 asks the OS for a free port; the chosen ports are written here when given, so a
     # supervisor (or a test) can find them.
     ports_file: Path | None = None

@@ -38,6 +38,22 @@ def _start_slow_request(port: int) -> socket.socket:
     return sock
 
 
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+def _until_refused(port: int, timeout_s: float) -> None:
+    """Wait, by connecting, until nothing listens on ``port`` (another process: nothing to wait on)."""
+    deadline = time.monotonic() + timeout_s
+    while not _refused(port):
+        assert time.monotonic() < deadline, f"port {port} still accepted connections after {timeout_s} s"
+        time.sleep(0.02)
+
+
 def test_sigterm_drains_then_exits_zero(example_repo: Path) -> None:
     server = ServerProcess(
         "--model-repository", str(example_repo), "--drain-delay", str(DRAIN_S), "--log-level", "info"
@@ -86,8 +102,7 @@ def test_sigterm_drains_then_exits_zero(example_repo: Path) -> None:
         early.sendall(BODY[len(BODY) // 2 :])
         assert _status_line(early) == 200
         early.close()
-        while time.monotonic() - sent < DRAIN_S + 0.3:
-            time.sleep(0.02)
+        _until_refused(port, timeout_s=DRAIN_S + 5)  # the drain delay is over: the listener has closed
         late.sendall(BODY[len(BODY) // 2 :])
         assert _status_line(late) == 200
         late.close()
@@ -99,12 +114,7 @@ def test_sigterm_drains_then_exits_zero(example_repo: Path) -> None:
         assert elapsed < DRAIN_S + 4
         assert not errors, errors[:3]
         assert statuses and set(statuses) == {200}
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            refused = False
-        except OSError:
-            refused = True
-        assert refused
+        assert _refused(port)
         messages = [json.loads(line).get("message", "") for line in server.log_path.read_text().splitlines()]
         assert any("shutdown requested" in m for m in messages)
         assert any("server stopped" in m for m in messages)

@@ -68,6 +68,15 @@ async def submit(scheduler: Scheduler, value: float, **kwargs: object) -> Array:
     return np.asarray(response.outputs["x"])
 
 
+async def until(condition: Callable[[], bool], turns: int = 10_000) -> None:
+    """Let the loop turn until ``condition`` holds; bounded, so a failing test fails, never hangs."""
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the condition never held")
+
+
 async def test_a_lone_request_is_not_held_for_the_batch_window() -> None:
     instance = GatedInstance("a", gated=False)
     scheduler = make(instance, delay_s=3600.0)
@@ -81,7 +90,7 @@ async def test_requests_accumulate_while_busy_and_split_back_exactly() -> None:
     first = asyncio.ensure_future(submit(scheduler, 0.0))
     await asyncio.wait_for(instance.started.wait(), 5.0)
     rest = [asyncio.ensure_future(submit(scheduler, float(v))) for v in range(1, 6)]
-    await asyncio.sleep(0)  # let every submit reach the queue
+    await until(lambda: scheduler.queued == 5)
     instance.gate.set()
     results = await asyncio.wait_for(asyncio.gather(first, *rest), 5.0)
     for value, result in enumerate(results):
@@ -102,7 +111,7 @@ async def test_the_next_batch_starts_before_the_finished_batch_wakes_its_callers
     first = asyncio.ensure_future(first_caller())
     await asyncio.wait_for(instance.started.wait(), 5.0)
     rest = [asyncio.ensure_future(submit(scheduler, float(v))) for v in range(1, 4)]
-    await asyncio.sleep(0)  # let every submit reach the queue
+    await until(lambda: scheduler.queued == 3)
     instance.gate.set()
     started_when_resumed = await asyncio.wait_for(first, 5.0)
     await asyncio.wait_for(asyncio.gather(*rest), 5.0)
@@ -149,7 +158,7 @@ async def test_a_full_queue_rejects_at_once() -> None:
     running = asyncio.ensure_future(submit(scheduler, 0.0))
     await asyncio.wait_for(instance.started.wait(), 5.0)
     queued = [asyncio.ensure_future(submit(scheduler, 1.0)) for _ in range(2)]
-    await asyncio.sleep(0)
+    await until(lambda: scheduler.queued == 2)
     with pytest.raises(QueueFull):
         await asyncio.wait_for(submit(scheduler, 2.0), 1.0)
     assert scheduler.stats.fail_count == 1  # a rejection is a failure in the statistics too, as Triton's
@@ -202,7 +211,7 @@ async def test_statistics_count_a_batch_s_compute_time_for_each_of_its_requests(
     first = asyncio.ensure_future(submit(scheduler, 0.0))
     await asyncio.wait_for(instance.started.wait(), 5.0)
     rest = [asyncio.ensure_future(submit(scheduler, float(v))) for v in (1, 2, 3)]
-    await asyncio.sleep(0)  # let every submit reach the queue
+    await until(lambda: scheduler.queued == 3)
     instance.gate.set()
     await asyncio.wait_for(asyncio.gather(first, *rest), 5.0)
     assert [len(b) for b in instance.batches] == [1, 3]
@@ -231,7 +240,7 @@ async def test_a_cancelled_request_leaves_the_queue() -> None:
     running = asyncio.ensure_future(submit(scheduler, 0.0))
     await asyncio.wait_for(instance.started.wait(), 5.0)
     doomed = asyncio.ensure_future(submit(scheduler, 9.0))
-    await asyncio.sleep(0)
+    await until(lambda: scheduler.queued == 1)
     assert scheduler.queued == 1
     doomed.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -251,7 +260,7 @@ async def test_a_cancellation_at_the_clients_deadline_counts_as_a_timeout() -> N
     await asyncio.wait_for(instance.started.wait(), 5.0)
     expired = asyncio.ensure_future(submit(scheduler, 1.0, timeout_s=30.0))
     left = asyncio.ensure_future(submit(scheduler, 2.0))
-    await asyncio.sleep(0)
+    await until(lambda: scheduler.queued == 2)
     expired.cancel(DEADLINE_CANCEL)
     left.cancel()
     for task in (expired, left):
@@ -270,7 +279,7 @@ async def test_higher_priority_is_dispatched_first() -> None:
     await asyncio.wait_for(instance.started.wait(), 5.0)
     low = asyncio.ensure_future(submit(scheduler, 2.0, priority=2))
     high = asyncio.ensure_future(submit(scheduler, 1.0, priority=1))
-    await asyncio.sleep(0)
+    await until(lambda: scheduler.queued == 2)
     instance.gate.set()
     await asyncio.wait_for(asyncio.gather(blocker, low, high), 5.0)
     assert [float(b[0, 0]) for b in instance.batches] == [0.0, 1.0, 2.0]
@@ -350,10 +359,7 @@ async def test_a_retry_waits_for_a_busy_instance_rather_than_the_one_it_failed_o
     second = asyncio.ensure_future(submit(scheduler, 2.0))  # to steady, which holds it
     await asyncio.wait_for(steady.started.wait(), 5.0)
     flaky.gate.set()  # the first batch fails; the only idle instance is the one it failed on
-    for _ in range(100):  # the failure reaches the scheduler a loop turn or two later
-        if scheduler.queued:
-            break
-        await asyncio.sleep(0)
+    await until(lambda: scheduler.queued > 0)  # the failure reaches the scheduler a loop turn or two later
     assert scheduler.queued == 1 and not first.done()  # waiting, not sent back to flaky
     steady.gate.set()
     assert (await asyncio.wait_for(second, 5.0)).tolist() == [[20.0, 20.0]]
@@ -367,12 +373,9 @@ async def test_queued_requests_wait_for_a_restart_and_are_answered_when_it_fails
     running = asyncio.ensure_future(submit(scheduler, 1.0))
     await asyncio.wait_for(only.started.wait(), 5.0)
     queued = [asyncio.ensure_future(submit(scheduler, 2.0)), asyncio.ensure_future(submit(scheduler, 3.0))]
-    await asyncio.sleep(0)
+    await until(lambda: scheduler.queued == 2)
     only.gate.set()  # the instance dies: its batch goes back to the head of the queue
-    for _ in range(100):  # the batch's end reaches the scheduler a loop turn or two after the instance
-        if not scheduler.running:
-            break
-        await asyncio.sleep(0)
+    await until(lambda: not scheduler.running)  # the batch's end reaches the scheduler a turn or two later
     assert scheduler.queued == 3 and not any(t.done() for t in [running, *queued])  # waiting for a restart
     scheduler.fail_stranded()  # the restart failed: nothing healthy is left
     for task in [running, *queued]:
@@ -419,7 +422,7 @@ async def test_unloading_does_not_wait_past_its_timeout_for_a_stuck_batch() -> N
     stuck = asyncio.ensure_future(submit(scheduler, 1.0))
     await asyncio.wait_for(instance.started.wait(), 5.0)
     queued = asyncio.ensure_future(submit(scheduler, 2.0))
-    await asyncio.sleep(0)
+    await until(lambda: scheduler.queued == 1)
     await asyncio.wait_for(scheduler.aclose(timeout_s=0.05), 5.0)
     with pytest.raises(Unavailable, match="unloading"):
         await queued
@@ -484,15 +487,6 @@ async def test_a_fault_while_dispatching_answers_the_batch_and_frees_the_instanc
         await asyncio.wait_for(submit(scheduler, 1.0), 5.0)
     assert (await asyncio.wait_for(submit(scheduler, 2.0), 5.0)).tolist() == [[20.0, 20.0]]
     assert scheduler.running == 0
-
-
-async def until(condition: Callable[[], bool], turns: int = 10_000) -> None:
-    """Let the loop turn until ``condition`` holds; bounded, so a failing test fails, never hangs."""
-    for _ in range(turns):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("the condition never held")
 
 
 class Rejoining(FakeInstance):

@@ -19,15 +19,13 @@ import re
 import zlib
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
 from tensorgate.errors import DEADLINE_CANCEL, TensorgateError
 from tensorgate.protocols.access import grpc_access
-from tensorgate.protocols.grpc.http2.connection import Http2ServerConnection
 from tensorgate.protocols.grpc.http2.header_blocks import Headers
-from tensorgate.protocols.grpc.http2.stream import Stream
 from tensorgate.protocols.grpc.methods import MethodTable
 from tensorgate.security.gate import Gate
 from tensorgate.security.identity import Identity
@@ -67,10 +65,34 @@ class _StatusError(Exception):
         self.details = details
 
 
+class CallStream(Protocol):
+    """The stream operations a call uses, on either transport (``http2.stream.Stream``, native;
+    ``h2_connection.H2Stream``)."""
+
+    def send_headers(self, headers: Headers, end_stream: bool = False, flush: bool = True) -> None: ...
+
+    def send_data(self, data: bytes | memoryview, flush: bool = True) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def consumed(self, size: int) -> None: ...
+
+
+class CallConnection(Protocol):
+    """What a call tells its connection (the concurrency limit and idle clock count calls)."""
+
+    @property
+    def peer(self) -> str: ...
+
+    def call_started(self) -> None: ...
+
+    def call_ended(self) -> None: ...
+
+
 def open_call(
-    stream: Stream,
+    stream: CallStream,
     headers: Headers,
-    conn: Http2ServerConnection,
+    conn: CallConnection,
     methods: MethodTable,
     settings: CallSettings,
     calls: set[Call],
@@ -128,8 +150,8 @@ class Call:
 
     def __init__(
         self,
-        stream: Stream,
-        conn: Http2ServerConnection,
+        stream: CallStream,
+        conn: CallConnection,
         path: str,
         method: Any,
         metadata: Metadata,
@@ -454,7 +476,9 @@ class _Requests:
         return self._call._request(message)
 
 
-def send_status(stream: Stream, code: grpc.StatusCode, details: str, metadata: Metadata, headers_sent: bool) -> None:
+def send_status(
+    stream: CallStream, code: grpc.StatusCode, details: str, metadata: Metadata, headers_sent: bool
+) -> None:
     """The call's trailers (or, with nothing sent yet, a trailers-only answer); ends the stream."""
     fields = [] if headers_sent else _response_headers()
     fields.append(("grpc-status", str(code.value[0])))

@@ -71,7 +71,7 @@ class GrpcListener:
         tls: ssl.SSLContext | None = None,
         max_connections: int | None = None,
         gate: Gate | None = None,
-        transport: Literal["native", "grpcio"] = "native",
+        transport: Literal["native", "h2", "grpcio"] = "native",
     ) -> None:
         self.name = "grpc"
         self._host, self._requested_port = host, port
@@ -89,9 +89,11 @@ class GrpcListener:
         reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
             reflection.aio.ReflectionServicer(names, pool=_reflection_pool()), methods
         )
-        if transport == "native":
+        if transport != "grpcio":
             call_settings = CallSettings(max_receive_bytes=max_message_bytes, max_send_bytes=MAX_SEND_BYTES, gate=gate)
-            server = GrpcServer(methods, call_settings, limits, tls=tls, max_connections=max_connections)
+            server = GrpcServer(
+                methods, call_settings, limits, tls=tls, max_connections=max_connections, transport=transport
+            )
         self._server = server
         self._port = 0
         self._refresher: asyncio.Task[None] | None = None

@@ -9,12 +9,22 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
+from typing import Literal, Protocol
 
-from tensorgate.protocols.grpc.call import Call, CallSettings, open_call
+from tensorgate.protocols.grpc.call import Call, CallSettings, CallStream, open_call
+from tensorgate.protocols.grpc.h2_connection import H2ServerConnection
 from tensorgate.protocols.grpc.http2.connection import Http2Limits, Http2ServerConnection
 from tensorgate.protocols.grpc.http2.header_blocks import Headers
-from tensorgate.protocols.grpc.http2.stream import Stream
 from tensorgate.protocols.grpc.methods import MethodTable
+
+# The HTTP/2 connections the server can run its calls on: tensorgate's own, or the h2 library's.
+Transport = Literal["native", "h2"]
+
+
+class _Connection(Protocol):
+    def goaway(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class _TurnedAway(asyncio.Protocol):
@@ -33,14 +43,16 @@ class GrpcServer:
         *,
         tls: ssl.SSLContext | None = None,
         max_connections: int | None = None,
+        transport: Transport = "native",
     ) -> None:
         self._methods = methods
+        self._transport = transport
         self._settings = settings
         self._limits = limits
         self._tls = tls
         self._max_connections = max_connections
         self._server: asyncio.Server | None = None
-        self._connections: set[Http2ServerConnection] = set()
+        self._connections: set[_Connection] = set()
         self._calls: set[Call] = set()
 
     async def start(self, host: str | None, port: int) -> int:
@@ -53,12 +65,15 @@ class GrpcServer:
     def _connection(self) -> asyncio.Protocol:
         if self._max_connections is not None and len(self._connections) >= self._max_connections:
             return _TurnedAway()
-        conn: Http2ServerConnection
+        conn: Http2ServerConnection | H2ServerConnection
 
-        def opener(stream: Stream, headers: Headers) -> Call | None:
+        def opener(stream: CallStream, headers: Headers) -> Call | None:
             return open_call(stream, headers, conn, self._methods, self._settings, self._calls)
 
-        conn = Http2ServerConnection(opener, self._limits, self._connections.discard)
+        if self._transport == "h2":
+            conn = H2ServerConnection(opener, self._limits, self._connections.discard)
+        else:
+            conn = Http2ServerConnection(opener, self._limits, self._connections.discard)
         self._connections.add(conn)
         return conn
 

@@ -101,11 +101,7 @@ class Http2ServerConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        address = transport.get_extra_info("peername")
-        if isinstance(address, tuple) and len(address) >= 2:
-            family = "ipv6" if ":" in str(address[0]) else "ipv4"
-            host = f"[{address[0]}]" if family == "ipv6" else address[0]
-            self.peer = f"{family}:{host}:{address[1]}"
+        self.peer = peer_name(transport.get_extra_info("peername"))
         settings = {
             f.ENABLE_PUSH: 0,
             f.MAX_CONCURRENT_STREAMS: self.limits.max_concurrent_streams,
@@ -566,6 +562,15 @@ class Http2ServerConnection(asyncio.Protocol):
         if self._transport is not None and not self.closed:
             self.closed = True
             self._transport.close()
+
+
+def peer_name(address: object) -> str:
+    """A socket's peer as gRPC's ``context.peer()`` names it: ``ipv4:host:port``, ``ipv6:[host]:port``."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        if ":" in str(address[0]):
+            return f"ipv6:[{address[0]}]:{address[1]}"
+        return f"ipv4:{address[0]}:{address[1]}"
+    return "unknown"
 
 
 def _padding(payload: memoryview) -> int:
