@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 # Basic blocks per stage: ResNet-18 and ResNet-34 differ only in these.
 RESNET_BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
@@ -38,6 +39,38 @@ def export_resnet(path: Path, depth: int) -> Path:
     """A ResNet-``depth``-shaped network (18 or 34; random weights), input ``input`` FP32 [batch, 3, 224, 224]."""
     if path.exists():
         return path
+    import torch
+
+    model = resnet_module(depth)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.onnx.export(
+        model,
+        (torch.zeros(1, 3, 224, 224),),
+        str(path),
+        input_names=["input"],
+        output_names=["logits"],
+        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
+    )
+    return path
+
+
+def trace_resnet(path: Path, depth: int) -> Path:
+    """The same network as :func:`export_resnet` (the same seed, so the same weights), as TorchScript."""
+    if path.exists():
+        return path
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        traced = torch.jit.trace(resnet_module(depth), torch.zeros(1, 3, 224, 224))
+    torch.jit.save(traced, str(path))
+    return path
+
+
+def resnet_module(depth: int) -> Any:
+    """The ResNet-``depth``-shaped torch module, random weights from seed 0, in eval mode."""
     import torch
     from torch import nn
 
@@ -78,16 +111,4 @@ def export_resnet(path: Path, depth: int) -> Path:
             return self.fc(torch.flatten(torch.mean(x, dim=(2, 3), keepdim=True), 1))
 
     torch.manual_seed(0)
-    model = ResNet().eval()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.onnx.export(
-        model,
-        (torch.zeros(1, 3, 224, 224),),
-        str(path),
-        input_names=["input"],
-        output_names=["logits"],
-        dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-        opset_version=17,
-        dynamo=False,
-    )
-    return path
+    return ResNet().eval()
