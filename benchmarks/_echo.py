@@ -81,6 +81,22 @@ def serve(kind: str, port: int) -> None:
     ).serve()
 
 
+def wait_answering(port: int, process: subprocess.Popen[bytes], what: str, timeout_s: float = 30.0) -> None:
+    """Until ``port`` answers an infer request with 200 (polled: the server is another process)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+                conn.sendall(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+                if conn.recv(64).startswith(b"HTTP/1.1 200"):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise TimeoutError(f"{what} did not start")
+        time.sleep(0.05)
+
+
 class EchoServer:
     """One bare endpoint in a child process; ``pids()`` covers Granian's worker process too."""
 
@@ -94,18 +110,7 @@ class EchoServer:
         )
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as conn:
-                    conn.sendall(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-                    if conn.recv(64).startswith(b"HTTP/1.1 200"):
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise TimeoutError(f"the {self.kind} echo server did not start")
-            time.sleep(0.05)
+        wait_answering(self.port, self.process, f"the {self.kind} echo server", timeout_s)
 
     def close(self) -> None:
         self.process.terminate()

@@ -8,7 +8,10 @@ as the client (64 connections, keep-alive, byte-identical V2 JSON bodies):
   (what tensorgate's listener is built on) and Granian (HTTP in Rust) through RSGI and ASGI;
 - ``tensorgate serve`` of the bundled ``mlp`` (max batch 64, 2 ms window) and of the same model
   as a new user configured it in issue 36 (max batch 8, 5 ms window);
-- the naive Flask server (the model global, one call per request).
+- the naive Flask server (the model global, one call per request);
+- issue 36's fallback shape without a model (``_hop.py``): uvicorn front ends, one process and two
+  sharing the port, each request handed over a Unix socket to one back-end process, which stands
+  for the scheduler; its event-loop CPU per request is what the scheduler's core would pay.
 
 For every run: requests/s, P50 and P99, the server's CPU per request (all its threads and
 processes) and its event-loop thread's alone, and the client's CPU per request and share of the
@@ -42,6 +45,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _echo import KINDS, EchoServer
+from _hop import HopServer
 from _naive import flask_baseline
 from _profile import record
 from _profile import table as profile_table
@@ -199,6 +203,7 @@ def main() -> int:
         (OUT / f"{STEM}.md").write_text("\n".join(lines))
         return 0
     echoes = {kind: EchoServer(kind) for kind in KINDS}
+    hops = {workers: HopServer(workers) for workers in (1, 2)}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
@@ -218,6 +223,8 @@ def main() -> int:
             ):
                 for echo in echoes.values():
                     echo.wait_ready()
+                for hop in hops.values():
+                    hop.wait_ready()
                 assert server.process is not None
                 served = server.process.pid
                 endpoints = [
@@ -244,7 +251,17 @@ def main() -> int:
                         served,
                     ),
                     Endpoint("naive Flask", naive_url, lambda: [], None),
+                    *(
+                        Endpoint(
+                            f"hop, {workers} front end{'s' if workers > 1 else ''}",
+                            f"{hop.url}/v2/models/mlp/infer",
+                            lambda h=hop: [*tree(h.frontend.pid), h.backend_pid],
+                            hop.backend_pid,  # the scheduler side: what its core pays per request
+                        )
+                        for workers, hop in hops.items()
+                    ),
                 ]
+                hop_one = endpoints[-2]
                 scratch = work / "ours.json"
 
                 def hey_drive(e: Endpoint, c: int) -> Callable[[], Measure]:
@@ -260,9 +277,9 @@ def main() -> int:
                 plan: list[tuple[Endpoint, str, int, Callable[[], Measure]]] = []
                 for e in endpoints:
                     plan.append((e, "hey", 64, hey_drive(e, 64)))
-                    if e.label != "naive Flask":
+                    if e.label != "naive Flask" and not e.label.startswith("hop"):
                         plan.append((e, "tensorgate bench", 64, ours_drive(e, 64)))
-                for e in (endpoints[0], endpoints[3]):
+                for e in (endpoints[0], endpoints[3], hop_one):
                     plan.append((e, "hey", 1, hey_drive(e, 1)))
                 runs: list[Run] = []
                 for round_index in range(args.rounds):
@@ -284,6 +301,8 @@ def main() -> int:
     finally:
         for echo in echoes.values():
             echo.close()
+        for hop in hops.values():
+            hop.close()
 
     rows = [median_of(runs, e.label, client, c) for e, client, c, _ in plan]
     echo_uv = median_of(runs, "echo, uvicorn", "hey", 64)
@@ -301,6 +320,9 @@ def main() -> int:
         return [a.measure.rps / b.measure.rps for a, b in zip(mine, base, strict=True)]
 
     mlp_of_echo, granian_of_echo = of_echo(mlp), of_echo(median_of(runs, "echo, granian-rsgi", "hey", 64))
+    hop1, hop2 = (median_of(runs, label, "hey", 64) for label in ("hop, 1 front end", "hop, 2 front ends"))
+    hop1_of_echo, hop2_of_echo = of_echo(hop1), of_echo(hop2)
+    hop_c1 = median_of(runs, "hop, 1 front end", "hey", 1)
     naive_ratio = [
         a.measure.rps / b.measure.rps
         for a, b in zip(
@@ -332,6 +354,13 @@ def main() -> int:
         f"req/s; client CPU per request {ours_mlp.client_us:.0f} µs against hey's {mlp.client_us:.0f} µs.",
         f"- One connection: MLP P50 {mlp_c1.measure.p50_ms:.2f} ms against the echo server's "
         f"{echo_c1.measure.p50_ms:.2f} ms (hey reports 0.1 ms steps).",
+        f"- Front ends and a hop, no model: two front ends on one port "
+        f"{statistics.median(hop2_of_echo):.2f} of the uvicorn echo server's req/s "
+        f"(per round {', '.join(f'{x:.2f}' for x in hop2_of_echo)}), one front end "
+        f"{statistics.median(hop1_of_echo):.2f}. The back end's event loop spends {hop2.loop_us:.0f} µs per "
+        f"request (two front ends; {hop1.loop_us:.0f} with one), against {mlp.loop_us:.0f} µs in tensorgate's "
+        f"event loop for the MLP's whole request; at one connection the hop's P50 is "
+        f"{hop_c1.measure.p50_ms:.2f} ms.",
         "",
     ]
     lines += ["### Where the event loop's time goes: tensorgate, mlp8, hey -c 64, pure-Python build", ""]

@@ -1,11 +1,13 @@
 """One HTTP/2 connection, server side, read and written on the event loop.
 
-Why not grpcio's server, which this replaces: it reads sockets on threads of its own and hands
-each completion to the event loop through a socketpair, about ten thread wakeups per request.
+Why not grpcio's server or the h2 library, which this replaces: grpcio reads sockets on threads
+of its own and hands each completion to the event loop through a socketpair, about ten thread
+wakeups per request, and h2 keeps the protocol's state in Python objects per frame and event.
 Read here, a request costs the loop what an HTTP request does: behind the same servicers
-(``benchmarks/bench_grpc_transport.py``, ``server.grpc_transport: grpcio``) the MLP at 64 clients
-ran 4.2x grpcio's requests/s (3.97-4.32x over the rounds) at a fifth of its server CPU per request,
-and the ResNet-shaped model at 10 clients was even with it (0.98-1.12x of its share of the ceiling).
+(``benchmarks/bench_grpc_transport.py``, ``server.grpc_transport: h2 | grpcio``) the MLP at 64
+clients ran 2.9x h2's and 3.9x grpcio's requests/s (2.8-3.6x and 3.7-4.7x over the rounds), and
+the ResNet-shaped model at 10 clients took 1.11x h2's and 1.08x grpcio's share of the ceiling
+(1.07-1.17x, 1.01-1.11x).
 
 The frames are few and large (the server allows the largest frame size, so a client sends a tensor
 in one DATA frame), and a DATA payload goes to its stream as it arrives, never reassembled here.
