@@ -3,7 +3,9 @@
 Every call on a gRPC connection carries the same headers (path, content type, status). Once HPACK's
 dynamic table holds them, a block is nothing but references to the table, one byte each, and
 coding it again gives the same bytes or fields for as long as the table does not change. The
-``hpack`` package spends 5-15 µs of Python on each block either way; a kept block costs a lookup.
+``hpack`` package, which this wraps, spends microseconds of Python on each block either way; a kept
+block costs a lookup: a unary call's header work (the request's block, the response's headers and
+trailers) took 26 µs against hpack's 49 alone, 1.9x (``benchmarks/bench_hpack.py``).
 
 What keeps the table still: values that differ on every call (a request id, an error message) are
 written as literals that do not enter it (RFC 7541 §6.2.2). Indexed, each would take a slot, evict
