@@ -19,15 +19,19 @@ Run: ``python benchmarks/bench_security.py [--quick]``; writes ``benchmarks/out/
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
@@ -47,6 +51,7 @@ NOISY_KEY = "noisy-client-key-0123456789"
 QUIET_RATE = 100
 NOISY_LIMIT = 100  # requests/s the noisy key is allowed (burst as large)
 NOISY_RATE = 10 * NOISY_LIMIT
+WARMUP_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,32 @@ class Run:
     p50_ms: float
     p99_ms: float
     errors: dict[str, int]
+    answered: float = 0.0  # requests answered, the warm-up's counted at the run's rate
+    server_us: float = float("nan")  # the server's CPU per answered request, warm-up included
+    client_us: float = float("nan")  # the client's, likewise
+
+
+def cpu_s(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def with_cpu(server: ServerProcess, run: Callable[[], Run]) -> Run:
+    """``run()``, with the server's and the client's CPU per request over it."""
+    assert server.process is not None
+    server0, client0 = cpu_s(server.process.pid), children_cpu_s()
+    result = run()
+    answered = result.answered or 1
+    return replace(
+        result,
+        server_us=(cpu_s(server.process.pid) - server0) / answered * 1e6,
+        client_us=(children_cpu_s() - client0) / answered * 1e6,
+    )
 
 
 def bench(
@@ -72,7 +103,7 @@ def bench(
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         command = [sys.executable, "-m", "tensorgate", "bench", model, "-u", url, "--protocol", protocol, *load]
-        command += ["-z", f"{seconds:g}s", "--warmup", "0.5s", "--json", str(report)]
+        command += ["-z", f"{seconds:g}s", "--warmup", f"{WARMUP_S:g}s", "--json", str(report)]
         command += [] if key is None else ["--api-key", key]
         command += [] if ca is None else ["--cacert", str(ca)]
         command += [] if tenant is None else ["--tenant", tenant]
@@ -83,7 +114,11 @@ def bench(
     latency = run["latency_s"]
     rps = run["successes"] / run["elapsed_s"] if run["elapsed_s"] else float("nan")
     return Run(
-        rps, (latency.get("p50") or float("nan")) * 1000, (latency.get("p99") or float("nan")) * 1000, run["errors"]
+        rps,
+        (latency.get("p50") or float("nan")) * 1000,
+        (latency.get("p99") or float("nan")) * 1000,
+        run["errors"],
+        rps * (run["elapsed_s"] + WARMUP_S),
     )
 
 
@@ -153,11 +188,16 @@ def paired(
             side_key = key if server is servers.keyed else None
             ca = servers.ca if server.tls_ca is not None else None
             url = servers.url(server, protocol)
-            runs[side].append(bench(url, model, protocol, load, seconds, key=side_key, ca=ca))
+            run = functools.partial(bench, url, model, protocol, load, seconds, key=side_key, ca=ca)
+            runs[side].append(with_cpu(server, run))
     return runs["base"], runs["other"]
 
 
 HEADER = ["| run | req/s | P50 ms | P99 ms | errors |", "|---|---:|---:|---:|---:|"]
+
+
+def median_of(runs: list[Run], figure: str) -> float:
+    return statistics.median(getattr(r, figure) for r in runs)
 
 
 def rows(label: str, runs: list[Run]) -> list[str]:
@@ -179,6 +219,9 @@ def keys_section(servers: Servers, seconds: float, pairs: int, lines: list[str])
         "authentication, both up at once, the order alternating pair by pair.",
         "",
         ratio_line("requests/s with a key over without", ratios, 0.97),
+        f"- CPU per request, median over runs: the server {median_of(keyed, 'server_us'):.1f} µs with a key "
+        f"against {median_of(plain, 'server_us'):.1f} µs without; the client {median_of(keyed, 'client_us'):.1f} "
+        f"against {median_of(plain, 'client_us'):.1f} µs (the two share this host's cores).",
         "",
         *HEADER,
         *rows("no auth", plain),
