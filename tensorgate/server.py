@@ -215,6 +215,7 @@ class Server:
             keep_alive_s=section.keep_alive_s,
             exit_timeout_s=section.exit_timeout_s,
             header_timeout_s=section.header_timeout_s,
+            body_timeout_s=section.body_timeout_s,
             max_connections=section.max_connections,
             tls=self._tls(HTTP_ALPN),
         )
@@ -225,6 +226,10 @@ class Server:
                     "metrics",
                     metrics_app(self.metrics.registry, self.gate, hosts),
                     bind_socket(section.host, section.metrics_port),
+                    keep_alive_s=section.keep_alive_s,
+                    exit_timeout_s=section.exit_timeout_s,
+                    header_timeout_s=section.header_timeout_s,
+                    body_timeout_s=section.body_timeout_s,
                     max_connections=section.max_connections,
                     tls=self._tls(HTTP_ALPN) if section.metrics_tls else None,
                 )
@@ -280,14 +285,24 @@ class Server:
 
     async def _load_models(self) -> None:
         """Scan the repository (off the loop), load every model, then start polling if asked to."""
-        sources, root = await asyncio.to_thread(self.model_sources)
-        self.repository = self._repository_control(root, frozenset(entry.name for entry in self.config.models))
-        self.service.repository = self.repository
+        section = self.config.server
+        flat = frozenset(entry.name for entry in self.config.models)
+        polled = section.model_repository if section.model_control == "poll" else None
         baseline: dict[str, ModelPrint] = {}
-        if self.repository.mode == "poll" and root is not None:
-            # Taken before the scan: a file that changes in between differs at the first poll.
-            baseline = await asyncio.to_thread(fingerprint_repository, root.resolve())
-            sources = [with_revisions(s, baseline[s.name]) if s.name in baseline else s for s in sources]
+        if polled is not None:
+            # Taken before the scan, so a file that changes in between differs from it at the first
+            # polls and is applied then; a model directory that appears in between is left to the
+            # poller, which loads it once its files hold still.
+            baseline = await asyncio.to_thread(fingerprint_repository, polled.resolve())
+        sources, root = await asyncio.to_thread(self.model_sources)
+        self.repository = self._repository_control(root, flat)
+        self.service.repository = self.repository
+        if polled is not None:
+            sources = [
+                with_revisions(s, baseline[s.name]) if s.name in baseline else s
+                for s in sources
+                if s.name in baseline or s.name in flat
+            ]
         await self.manager.load_all(sources)
         self.repository.start(baseline)
 

@@ -6,6 +6,7 @@ The server polls every 0.2 s; a change is applied once two scans agree on it.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import shutil
 import threading
@@ -220,3 +221,95 @@ def test_a_new_model_is_loaded_and_a_removed_one_unloaded_after_its_drain(repo: 
         wait_until(lambda: client.get(f"{server.url}/v2/models/goes").status_code == 404, timeout_s=30)
         assert client.get(f"{server.url}/v2/health/ready").status_code == 200
         assert client.post(f"{server.url}/v2/models/stays/infer", json=v2_body([[0] * 4])).status_code == 200
+
+
+# Version 2's load waits for the test to open a gate (a file): the server is caught mid-load.
+GATED_LOAD = """
+import os
+import time
+
+import numpy as np
+
+from tensorgate import PythonModel
+
+GATE = {gate!r}
+
+
+class Gated(PythonModel):
+    def load(self, context):
+        deadline = time.monotonic() + 60
+        while not os.path.exists(GATE) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.version = float(context.version)
+
+    def execute(self, inputs):
+        return {{"OUTPUT": np.full(inputs["INPUT"].shape, self.version, dtype=np.float32)}}
+"""
+
+
+async def test_h3_a_slow_load_blocks_neither_health_nor_the_serving_version(repo: Path, tmp_path: Path) -> None:
+    model_dir = write_versioned_model(repo, "m", [1])
+    gate = tmp_path / "gate"
+    keys = write_admin_keys(tmp_path, ADMIN_KEY)
+    auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with ServerProcess("--model-repository", str(repo), *POLL, "--admin-keys-file", str(keys)) as server:
+        async with (
+            httpx.AsyncClient(base_url=server.url, timeout=10.0) as client,
+            Load(f"{server.url}/v2/models/m/infer", clients=4, body=v2_body([[0, 0, 0, 0]])) as load,
+        ):
+
+            async def state_of_2() -> str:
+                rows = (await client.post("/v2/repository/index", headers=auth)).json()
+                return next((r["state"] for r in rows if r["name"] == "m" and r["version"] == "2"), "")
+
+            staged = tmp_path / "v2"
+            staged.mkdir()
+            (staged / "model.py").write_text(GATED_LOAD.format(gate=str(gate)))
+            staged.rename(model_dir / "2")
+            deadline = time.monotonic() + 30
+            while await state_of_2() != "LOADING":
+                assert time.monotonic() < deadline, "version 2 never showed LOADING"
+                await asyncio.sleep(0.02)
+            # Mid-load: liveness, readiness and version 1's answers come as usual, and promptly.
+            before = len(load.answers)
+            for _ in range(20):
+                started = time.monotonic()
+                assert (await client.get("/v2/health/live")).status_code == 200
+                assert (await client.get("/v2/health/ready")).status_code == 200
+                answer = await client.post("/v2/models/m/infer", json=v2_body([[0, 0, 0, 0]]))
+                assert (answer.status_code, answer.json()["model_version"]) == (200, "1")
+                assert time.monotonic() - started < 2.0  # bounded, not timed: a blocked loop waits 60 s
+            await load.until(lambda answers: len(answers) >= before + 50)
+            assert await state_of_2() == "LOADING"  # still loading all along
+            gate.touch()
+            await load.until(lambda answers: any(a.version == "2" for a in answers))
+    assert load.failures() == [], load.failures()[:3]
+
+
+async def test_h6_an_instance_count_changed_under_load_swaps_with_no_failed_request(repo: Path) -> None:
+    model_dir = write_versioned_model(repo, "m", [1], instance_group=[{"count": 1, "kind": "cpu"}])
+    with ServerProcess("--model-repository", str(repo), *POLL, "--no-access-log") as server:
+        async with (
+            httpx.AsyncClient(base_url=server.url, timeout=10.0) as client,
+            Load(f"{server.url}/v2/models/m/infer", clients=16, body=v2_body([[0, 0, 0, 0]])) as load,
+        ):
+
+            async def instances() -> int:
+                document = (await client.get("/v2/models/m/config")).json()
+                return sum(group["count"] for group in document["instance_group"])
+
+            await load.until(lambda answers: len(answers) >= 200)
+            assert await instances() == 1
+            _write_config(model_dir, {**_config(model_dir), "instance_group": [{"count": 3, "kind": "cpu"}]})
+            deadline = time.monotonic() + 30
+            while await instances() != 3:
+                assert time.monotonic() < deadline, "the new instance count never took over"
+                await asyncio.sleep(0.02)
+            swapped = len(load.answers)
+            await load.until(lambda answers: len(answers) >= swapped + 200)
+            # The copy with the old configuration drains and unloads while the new one serves.
+            deadline = time.monotonic() + 30
+            while 1 not in _log_times(server, "m", "is unloaded"):
+                assert time.monotonic() < deadline, "the copy with the old configuration never unloaded"
+                await asyncio.sleep(0.02)
+    assert load.failures() == [], load.failures()[:3]
