@@ -407,9 +407,10 @@ class ModelManager:
             self._metrics.traffic_share.labels(name, str(number)).set(100.0 * weight / total if total else 0.0)
         rollout = entry.traffic.rollout if entry.traffic is not None else None
         for state in RolloutState:
-            current = rollout is not None and rollout.state is state
-            if current or rollout is not None:
-                self._metrics.rollout_state.labels(name, state.value).set(1 if current else 0)
+            if rollout is not None:
+                self._metrics.rollout_state.labels(name, state.value).set(1 if rollout.state is state else 0)
+            else:  # no rollout (any more): no series, rather than the last one's state forever
+                self._metrics.rollout_state.remove(name, state.value)
 
     # -- readiness and shutdown ------------------------------------------------------------------
 

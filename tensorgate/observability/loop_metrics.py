@@ -126,6 +126,10 @@ class _Family(Generic[Child]):
             child = self.children[values] = self._new()
         return child
 
+    def remove(self, *values: str) -> None:
+        """Stop exporting the child with these label values (a series whose subject is gone)."""
+        self.children.pop(values, None)
+
     def _new(self) -> Child:
         raise NotImplementedError
 

@@ -137,3 +137,24 @@ async def test_concurrent_loads_and_unloads_of_one_model_end_consistent(tmp_path
     assert outcomes[-1] == ("loaded" if entry.versions else "unloaded")  # the last one to finish holds
     await manager.apply(_source(tmp_path, revision="final"))
     assert await _answer(ModelRouter(manager)) == (1, 1.0)
+
+
+async def test_a_canary_taken_out_of_the_config_leaves_no_rollout_state_behind(tmp_path: Path) -> None:
+    metrics = Metrics(process=False)
+    manager = ModelManager(MonotonicClock(), metrics, drain_timeout_s=10.0, rng=random.Random(7))
+    canary = {"version": 2, "steps": [10, 100], "step_s": 60, "min_requests": 10}
+    model_dir = write_versioned_model(tmp_path, "m", [1, 2], traffic={"canary": canary})
+    try:
+        await manager.load_all([_source(tmp_path)])
+
+        def state(name: str) -> float | None:
+            return metrics.registry.get_sample_value("tensorgate_rollout_state", {"model": "m", "state": name})
+
+        assert (state("stepping"), state("promoted"), state("rolled_back")) == (1, 0, 0)
+        document = yaml.safe_load((model_dir / "config.yaml").read_text())
+        del document["traffic"]
+        (model_dir / "config.yaml").write_text(yaml.safe_dump(document))
+        await manager.apply(_source(tmp_path))
+        assert (state("stepping"), state("promoted"), state("rolled_back")) == (None, None, None)
+    finally:
+        await manager.aclose(5.0)
