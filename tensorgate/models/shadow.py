@@ -6,10 +6,13 @@ slot with it, and never sees its errors. Copies in flight are capped (``max_infl
 cap a copy is shed rather than queued, so a slow shadow sheds before it can pile up work.
 
 :func:`compare` is pure: an output matches when every element is within the relative
-``tolerance`` (``|a - b| <= tolerance * |served|``; exact for strings and booleans). Outputs of
-classification shape (a float ``[batch, classes]`` tensor) are also compared by their argmax, and
-a changed class is counted on its own: values that drift while every decision stays the same read
-as mismatches without class changes.
+``tolerance`` (``|a - b| <= tolerance * |served|``; exact for strings and booleans) and, for an
+output of classification shape (a float ``[batch, classes]`` tensor), every row's argmax is the
+same. A changed class is a mismatch whatever the tolerance, and is also counted on its own, so
+values that drift while every decision stays the same read as mismatches without class changes.
+
+The copy holds its own inputs: a request's inputs may be views of a client's shared-memory region,
+which the client may rewrite, or unregister, once it has its answer.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def compare(served: Mapping[str, Array], shadow: Mapping[str, Array], tolerance:
         if not np.allclose(y, x, rtol=tolerance, atol=0.0, equal_nan=True):
             mismatch = True
         if _classification_shaped(a) and not np.array_equal(np.argmax(x, axis=1), np.argmax(y, axis=1)):
-            changed_class = True
+            mismatch = changed_class = True
     return mismatch, changed_class, largest
 
 
@@ -89,12 +92,13 @@ class Shadow:
         if target is None or not target.ready or len(self._inflight) >= self.config.max_inflight:
             self._outcomes["shed"].inc()
             return
-        task = asyncio.get_running_loop().create_task(self._replay(request, response, target))
+        inputs = {name: np.array(array, copy=True) for name, array in request.inputs.items()}
+        copy = replace(request, inputs=inputs, version=target.version, outputs=tuple(response.outputs))
+        task = asyncio.get_running_loop().create_task(self._replay(copy, response, target))
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
 
-    async def _replay(self, request: InferRequest, response: InferResponse, target: ModelVersion) -> None:
-        copy = replace(request, version=target.version, outputs=tuple(response.outputs))
+    async def _replay(self, copy: InferRequest, response: InferResponse, target: ModelVersion) -> None:
         try:
             answer = await target.infer(copy)
         except TensorgateError as exc:

@@ -25,6 +25,7 @@ def test_a_classification_output_counts_a_changed_class_apart_from_drift() -> No
     flipped = {"p": np.array([[0.8, 0.2], [0.6, 0.4]], dtype=np.float32)}
     assert compare(served, drifted, 1e-5)[:2] == (True, False)
     assert compare(served, flipped, 1e-5)[:2] == (True, True)
+    assert compare(served, flipped, 10.0)[:2] == (True, True)  # a changed decision, whatever the tolerance
 
 
 def test_missing_or_reshaped_outputs_and_other_strings_mismatch() -> None:
