@@ -174,15 +174,21 @@ class FairLevel(Level):
             if not any(p.deadline is not None and p.deadline <= now for p in queue):
                 continue
             kept: deque[Pending] = deque()
+            trailing: float | None = None  # the tag of the first expired request after the last kept one
             for p in queue:
                 if p.deadline is not None and p.deadline <= now:
                     expired.append(p)
+                    if trailing is None:
+                        trailing = p.tag
                 else:
                     kept.append(p)
-            if kept:
-                self._queues[name] = kept
-            else:
+                    trailing = None
+            if not kept:
                 self._forget(name)
+                continue
+            self._queues[name] = kept
+            if trailing is not None:  # its newest expired: its next request takes that turn (as remove())
+                self._finish[name] = trailing
         self._size -= len(expired)
         return expired
 

@@ -193,3 +193,49 @@ def test_a_full_queue_never_holds_more_than_its_bound_and_no_tenant_is_shut_out(
         if displaced is not None:
             assert counts[displaced.request.tenant.name] == max(counts.values()) > counts[name] + 1
         assert len(queue) <= bound
+
+
+def test_a_tenant_whose_newest_request_expired_gets_its_turn_back() -> None:
+    queue = RequestQueue(priority_levels=1, max_size=100)
+    queue.admit(pending(TENANTS["a"], 0.0))
+    queue.admit(pending(TENANTS["a"], 1.0, deadline=5.0))  # a's second turn, then expired
+    assert [p.arrival for p in queue.expire(10.0)] == [1.0]
+    for arrival in (2.0, 3.0, 4.0):
+        queue.admit(pending(TENANTS["b"], arrival))
+    queue.admit(pending(TENANTS["a"], 5.0))
+    # a's new request takes the turn its expired one gave up: beside b's second, ahead of b's third.
+    assert [p.arrival for p in drain(queue)] == [0.0, 2.0, 3.0, 5.0, 4.0]
+
+
+# Requests (tenant, rows, expires?) and then arrivals after the expiry.
+_expiry_scripts = st.tuples(
+    st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 3), st.booleans()), max_size=20),
+    st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 3)), max_size=10),
+)
+
+
+@settings(max_examples=200)
+@given(_expiry_scripts, st.integers(0, 5))
+def test_expiry_leaves_the_order_that_removing_the_expired_requests_one_by_one_leaves(
+    script: tuple[list[tuple[str, int, bool]], list[tuple[str, int]]], dispatched: int
+) -> None:
+    """Expiry is a batch of removals: each tenant's next turn is where removing its expired
+    requests newest first with ``remove`` (a client leaving) would put it."""
+    before, after = script
+    expiring, removing = RequestQueue(1, 1000), RequestQueue(1, 1000)
+    doomed: list[Pending] = []
+    for index, (name, rows, expires) in enumerate(before):
+        deadline = 5.0 if expires else None
+        expiring.admit(pending(TENANTS[name], float(index), rows, deadline))
+        twin = pending(TENANTS[name], float(index), rows, deadline)
+        removing.admit(twin)
+        if expires:
+            doomed.append(twin)
+    assert [p.arrival for p in drain(expiring, dispatched)] == [p.arrival for p in drain(removing, dispatched)]
+    expired = expiring.expire(10.0)
+    gone = [p for p in reversed(doomed) if removing.remove(p)]
+    assert sorted(p.arrival for p in expired) == sorted(p.arrival for p in gone)
+    for offset, (name, rows) in enumerate(after):
+        for queue in (expiring, removing):
+            queue.admit(pending(TENANTS[name], 100.0 + offset, rows))
+    assert [p.arrival for p in drain(expiring)] == [p.arrival for p in drain(removing)]
