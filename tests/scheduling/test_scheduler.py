@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import pytest
-from fake_instances import FakeInstance
+from fake_instances import FakeInstance, GatedInstance, TimedInstance
 from prometheus_client import CollectorRegistry
 
 from tensorgate.clock import ManualClock, MonotonicClock
@@ -20,28 +20,6 @@ from tensorgate.scheduling.batch_cost import MIN_SAMPLES
 from tensorgate.scheduling.batch_policy import BatchSettings
 from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
 from tensorgate.types import Array, InferRequest
-
-
-class GatedInstance(FakeInstance):
-    """Runs a batch when the test opens its gate; records every batch it saw."""
-
-    def __init__(self, name: str, *, gated: bool = True, die: bool = False) -> None:
-        super().__init__(name)
-        self.gate = asyncio.Event()
-        if not gated:
-            self.gate.set()
-        self.started = asyncio.Event()
-        self.batches: list[Array] = []
-        self.die = die
-
-    async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
-        self.batches.append(np.array(inputs["x"]))
-        self.started.set()
-        await self.gate.wait()
-        if self.die:
-            self.alive = False
-            raise InstanceDied("killed by the test")
-        return {"x": inputs["x"] * 10}
 
 
 def make(
@@ -183,20 +161,6 @@ async def test_requests_of_one_loop_turn_are_not_refused_while_an_instance_is_id
         [[0.0, 0.0]],
         [[10.0, 10.0]],
     ]
-
-
-class TimedInstance(GatedInstance):
-    """Each batch takes ``seconds`` on a manual clock, once its gate is open."""
-
-    def __init__(self, name: str, clock: ManualClock, seconds: float) -> None:
-        super().__init__(name)
-        self.clock = clock
-        self.seconds = seconds
-
-    async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
-        outputs = await super().execute(inputs)
-        self.clock.advance(self.seconds)
-        return outputs
 
 
 async def test_statistics_count_a_batch_s_compute_time_for_each_of_its_requests() -> None:
