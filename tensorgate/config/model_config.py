@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 DEFAULT_MAX_BATCH_SIZE = 8
 # Rule: every queue is bounded. Triton's default (0) means unbounded; ours is finite.
 DEFAULT_MAX_QUEUE_SIZE = 1024
+# Backends whose models are always resident (model_residency on_demand is refused): generation is
+# served through its own routes (no cold load on their path), and a pipeline holds no model of its
+# own (its steps are the repository's models, each with its residency).
+ALWAYS_RESIDENT = frozenset({"llm", "pipeline"})
 
 
 class Strict(BaseModel):
@@ -296,9 +300,7 @@ class ModelConfig(Strict):
 
     @model_validator(mode="after")
     def _residency(self) -> ModelConfig:
-        # Generation is served through its own routes (no cold load on their path), and a pipeline
-        # holds no model of its own (its steps are the repository's models, each with its residency).
-        if self.model_residency == "on_demand" and self.backend in ("llm", "pipeline"):
+        if self.model_residency == "on_demand" and self.backend in ALWAYS_RESIDENT:
             raise ValueError(f"model_residency on_demand is not for the {self.backend} backend: it stays resident")
         return self
 

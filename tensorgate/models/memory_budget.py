@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tensorgate.clock import Clock
+from tensorgate.config.model_config import ALWAYS_RESIDENT
 from tensorgate.errors import DeadlineExceeded, ModelLoadError, Unavailable
 from tensorgate.memory import allocated_bytes, resident_bytes
 from tensorgate.models.model_version import ModelVersion
@@ -107,7 +108,7 @@ class MemoryBudget:
 
     def on_demand(self, source: ModelSource) -> bool:
         """Whether the model loads on its first request (its config, else the server's default)."""
-        if source.backend in ("llm", "pipeline"):  # the config refuses on_demand for these: resident
+        if source.backend in ALWAYS_RESIDENT:  # the config refuses on_demand for these
             return False
         return (source.config.model_residency or self.default_residency) == "on_demand"
 
