@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tensorgate.cli import bench, serve
+from tensorgate.cli import bench, examples, serve
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,11 +14,14 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser = commands.add_parser("serve", help="serve a model repository over HTTP and gRPC")
     serve.add_arguments(serve_parser)
     bench.add_arguments(commands.add_parser("bench", help="load a model server and check latency SLOs"))
+    examples.add_arguments(commands.add_parser("examples", help="write the bundled example models to a directory"))
     args = parser.parse_args(argv)
     if args.command == "serve":
         return serve.run(args)
     if args.command == "bench":
         return bench.run(args)
+    if args.command == "examples":
+        return examples.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -1,6 +1,7 @@
-"""The README's walk-through of hot reload, as a user runs it: the bundled ``mlp`` in poll mode,
-version 2 copied in while ``tensorgate bench`` runs (no error in its report, answers move to v2),
-then a 90/10 split seen in the metrics, then a canary that promotes itself."""
+"""The README's walk-through of hot reload, as a user runs it: the bundled ``mlp`` written to a
+repository of one's own (``tensorgate examples``), served in poll mode, version 2 copied in while
+``tensorgate bench`` runs (no error in its report, answers move to v2), then a 90/10 split seen in
+the metrics, then a canary that promotes itself."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import httpx
 import yaml
 from model_builders import metric, wait_until
 
-from tensorgate.examples import build_example_repository
+from tensorgate.examples import EXAMPLE_MODELS
 from tensorgate.testing import ServerProcess
 
 
@@ -37,7 +38,8 @@ def _versions(url: str, n: int) -> dict[str, int]:
 
 
 def test_copy_v2_in_under_bench_then_split_then_canary(tmp_path: Path) -> None:
-    repo = build_example_repository(tmp_path / "models")
+    repo = tmp_path / "models"
+    subprocess.run([sys.executable, "-m", "tensorgate", "examples", str(repo)], check=True, capture_output=True)
     mlp = repo / "mlp"
     args = ("--model-repository", str(repo), "--model-control", "poll", "--repository-poll-secs", "0.5")
     with ServerProcess(*args, "--no-access-log") as server:
@@ -78,3 +80,14 @@ def test_copy_v2_in_under_bench_then_split_then_canary(tmp_path: Path) -> None:
                 break
         assert httpx.get(f"{server.url}/v2/models/mlp/rollout").json()["rollout"]["state"] == "promoted"
         assert _versions(server.url, 20) == {"2": 20}
+
+
+def test_examples_are_written_once_and_never_over_a_model_already_there(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "tensorgate", "examples", str(tmp_path / "models")]
+    first = subprocess.run(command, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert {p.name for p in (tmp_path / "models").iterdir()} == EXAMPLE_MODELS
+    (tmp_path / "models" / "mlp" / "config.yaml").write_text("max_batch_size: 2\n")  # a user's edit
+    again = subprocess.run(command, capture_output=True, text=True)
+    assert again.returncode == 1 and "already holds" in again.stderr
+    assert (tmp_path / "models" / "mlp" / "config.yaml").read_text() == "max_batch_size: 2\n"
