@@ -394,7 +394,9 @@ class ModelManager:
         if rollout is None or rollout.state is not RolloutState.STEPPING:
             return
         status = entry.statuses.get(rollout.canary)
-        if status is not None and status.state is VersionState.FAILED:
+        if status is None:  # nothing was loaded for it: its directory is not in the repository
+            rollout.roll_back(f"canary version {rollout.canary} is not in the model repository")
+        elif status.state is VersionState.FAILED:
             rollout.roll_back(f"canary version {rollout.canary} failed to load: {status.reason}")
 
     def _publish_traffic(self, entry: ModelEntry) -> None:

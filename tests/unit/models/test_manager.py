@@ -158,3 +158,16 @@ async def test_a_canary_taken_out_of_the_config_leaves_no_rollout_state_behind(t
         assert (state("stepping"), state("promoted"), state("rolled_back")) == (None, None, None)
     finally:
         await manager.aclose(5.0)
+
+
+async def test_a_canary_whose_version_is_not_on_disk_is_rolled_back_at_once(
+    tmp_path: Path, manager: ModelManager
+) -> None:
+    canary = {"version": 3, "steps": [10, 100], "step_s": 60, "min_requests": 10}
+    write_versioned_model(tmp_path, "m", [1, 2], traffic={"canary": canary})
+    await manager.load_all([_source(tmp_path)])
+    traffic = manager.models["m"].traffic
+    assert traffic is not None and traffic.rollout is not None
+    assert traffic.rollout.state.value == "rolled_back"
+    assert "not in the model repository" in str(traffic.rollout.status()["reason"])
+    assert {(await _answer(ModelRouter(manager)))[0] for _ in range(10)} == {2}  # the stable version serves
