@@ -183,7 +183,7 @@ class ModelManager:
                 error = await self._load_and_switch(entry, source, vsource, identity)
                 if error:
                     failures.append(error)
-            if reload_all:
+            if reload_all and not failures:  # else the copies with the old configuration serve on: it stays
                 entry.source = source
                 self._set_traffic(entry)
             entry.problem = ""

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from model_builders import write_version, write_versioned_model
+from model_builders import write_python_model, write_version, write_versioned_model
 
 from tensorgate.clock import MonotonicClock
 from tensorgate.errors import ModelLoadError, Unavailable
@@ -171,3 +171,35 @@ async def test_a_canary_whose_version_is_not_on_disk_is_rolled_back_at_once(
     assert traffic.rollout.state.value == "rolled_back"
     assert "not in the model repository" in str(traffic.rollout.status()["reason"])
     assert {(await _answer(ModelRouter(manager)))[0] for _ in range(10)} == {2}  # the stable version serves
+
+
+PICKY_MODEL = """
+import numpy as np
+
+from tensorgate import PythonModel
+
+
+class Picky(PythonModel):
+    def load(self, context):
+        if context.parameters.get("broken"):
+            raise RuntimeError("this configuration cannot load")
+
+    def execute(self, inputs):
+        return {"OUTPUT": np.ones(inputs["INPUT"].shape, dtype=np.float32)}
+"""
+
+
+async def test_a_configuration_whose_reload_fails_is_not_reported_as_the_one_serving(
+    tmp_path: Path, manager: ModelManager
+) -> None:
+    model_dir = write_python_model(tmp_path, "m", code=PICKY_MODEL, max_batch_size=8)
+    await manager.load_all([_source(tmp_path)])
+    document = yaml.safe_load((model_dir / "config.yaml").read_text())
+    (model_dir / "config.yaml").write_text(
+        yaml.safe_dump({**document, "max_batch_size": 4, "parameters": {"broken": 1}})
+    )
+    with pytest.raises(ModelLoadError, match="cannot load"):
+        await manager.apply(_source(tmp_path, revision="r2"))
+    entry = manager.models["m"]
+    assert entry.source.config.max_batch_size == 8  # what serves is the old configuration's copy
+    assert await ModelRouter(manager).route("m", None).infer(_request()) is not None
