@@ -275,8 +275,11 @@ class Weights(PythonModel):
     def load(self, context):
         self.weights = np.load(context.directory / "weights.npy")
         self.hold = context.parameters.get("hold_file")
+        self.delay = float(context.parameters.get("delay_ms", 0)) / 1000.0
 
     def execute(self, inputs):
+        if self.delay:
+            time.sleep(self.delay)
         if self.hold:
             end = time.monotonic() + 30.0
             while os.path.exists(self.hold) and time.monotonic() < end:
@@ -286,12 +289,22 @@ class Weights(PythonModel):
 
 
 def write_weights_model(
-    repo: Path, name: str, *, mib: float, value: float = 1.0, hold_file: Path | None = None, **config: Any
+    repo: Path,
+    name: str,
+    *,
+    mib: float,
+    value: float = 1.0,
+    hold_file: Path | None = None,
+    delay_ms: float = 0.0,
+    **config: Any,
 ) -> Path:
-    """A WEIGHTS_MODEL model holding ``mib`` MiB of weights: ``INPUT`` FP32 [-1, 4] -> INPUT + ``value``."""
+    """A WEIGHTS_MODEL model holding ``mib`` MiB of weights: ``INPUT`` FP32 [-1, 4] -> INPUT + ``value``,
+    after ``delay_ms`` of sleep."""
     import numpy as np
 
-    parameters = {} if hold_file is None else {"hold_file": str(hold_file)}
+    parameters: dict[str, Any] = {} if hold_file is None else {"hold_file": str(hold_file)}
+    if delay_ms:
+        parameters["delay_ms"] = delay_ms
     model_dir = write_python_model(repo, name, code=WEIGHTS_MODEL, parameters=parameters, **config)
     count = max(1, int(mib * (1 << 20)) // 4)
     np.save(model_dir / "1" / "weights.npy", np.full(count, value, dtype=np.float32))

@@ -18,9 +18,12 @@ the service hands it the requests that find an on-demand model not loaded
   or the version is unloaded again and fails.
 - The first request for a model that is not loaded starts its load; every request that comes while
   it runs waits on the same load, each within its own deadline. A load that finds no room (what
-  holds the memory is pinned or serving) answers 503 with Retry-After and is tried again by the next
-  request; a model measured larger than the whole budget fails (503, its reason naming the sizes)
-  until its files change.
+  holds the memory is pinned or serving) waits for a model to go idle, and evicts it then, for as
+  long as a request waits on it: until the last deadline among them has passed, or
+  :data:`NO_ROOM_WAIT_S` for a request with no deadline (which then gets 503 with Retry-After; the
+  next request tries again). A load no request waits for (the repository API's) is refused at once.
+  A model measured larger than the whole budget fails (503, its reason naming the sizes) until its
+  files change.
 """
 
 from __future__ import annotations
@@ -50,6 +53,12 @@ log = logging.getLogger(__name__)
 # How long a client refused for want of room is asked to wait: about what a request to the models
 # holding the memory takes to finish, after which they are idle and can be evicted.
 NO_ROOM_RETRY_S = 1.0
+# How long a load waits for room on behalf of a request with no deadline (MemoryBudget.room_wait_s).
+NO_ROOM_WAIT_S = 30.0
+# How often a load waiting for room looks again. A model goes idle when its last request, queued
+# request or running batch ends: many places, none of which tells the budget; a look plans over the
+# loaded models only, and bounds what the wait adds to a cold start.
+ROOM_POLL_S = 0.02
 
 
 class NoRoom(ModelLoadError):
@@ -73,6 +82,10 @@ class Residence:
     sizes: dict[tuple[int, str], int] = field(default_factory=dict)  # (version, revision) -> bytes measured
     measured_bytes: int | None = None  # what it held at its last load, kept across an eviction
     refusal: Refusal | None = None  # why its last load was refused (for the answer to the waiting requests)
+    waiting: int = 0  # requests waiting on its cold load now
+    # Until when its cold load may wait for room: a little past the latest deadline among the
+    # requests that waited on it, or room_wait_s after one with no deadline came. None: no wait.
+    room_until: float | None = None
 
     @property
     def held_bytes(self) -> int:
@@ -103,6 +116,7 @@ class MemoryBudget:
         self._retire = retire  # take every version of a model out of service: the drains
         self._spawn = spawn
         self._lock = asyncio.Lock()
+        self.room_wait_s = NO_ROOM_WAIT_S  # a load's wait for room for a request with no deadline
         if budget_bytes is not None:
             metrics.memory_budget_bytes.labels().set(budget_bytes)
 
@@ -125,31 +139,37 @@ class MemoryBudget:
     async def ensure_loaded(self, entry: ModelEntry, timeout_s: float | None) -> float | None:
         """For a request to an on-demand model with no version loaded: start its load, or join the
         one running, and wait for it within the request's deadline (``timeout_s``, else the model's
-        ``default_timeout_ms``). Returns what is left of that deadline (None: none). Raises
+        ``default_timeout_ms``). The load waits for room as long as this request may (see
+        :attr:`Residence.room_until`). Returns what is left of that deadline (None: none). Raises
         Unavailable (the load failed or found no room) or DeadlineExceeded."""
         residence = entry.residence
         started = self._clock.now()
         batching = entry.source.config.dynamic_batching
         if timeout_s is None and batching is not None and batching.default_timeout_ms is not None:
             timeout_s = batching.default_timeout_ms / 1000.0
-        task = residence.cold_load
-        if task is None:
-            task = residence.cold_load = self._spawn(self._cold_load(entry))
-            task.add_done_callback(_retrieve)
-        if timeout_s is None:
-            await asyncio.shield(task)
-            return None
-        late = DeadlineExceeded(
-            f"request to model '{entry.source.name}' exceeded its deadline of {timeout_s * 1000:.0f} ms "
-            "while the model loaded"
-        )
+        # Past the deadline by one look: the request's own timer answers it 504 before the load
+        # gives up on its behalf, so what it is told does not hang on which fires first.
+        until = started + (self.room_wait_s if timeout_s is None else timeout_s + ROOM_POLL_S)
+        if residence.room_until is None or until > residence.room_until:
+            residence.room_until = until
+        residence.waiting += 1  # before the load starts: it waits for room only while a request waits on it
         try:
-            await asyncio.wait_for(asyncio.shield(task), timeout_s)
-        except TimeoutError:
-            raise late from None
+            task = residence.cold_load
+            if task is None:
+                task = residence.cold_load = self._spawn(self._cold_load(entry))
+                task.add_done_callback(_retrieve)
+            if timeout_s is None:
+                await asyncio.shield(task)
+                return None
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout_s)
+            except TimeoutError:
+                raise _late(entry, timeout_s) from None
+        finally:
+            residence.waiting -= 1
         remaining = timeout_s - (self._clock.now() - started)
         if remaining <= 0:
-            raise late
+            raise _late(entry, timeout_s)
         return remaining
 
     async def _cold_load(self, entry: ModelEntry) -> None:
@@ -168,6 +188,7 @@ class MemoryBudget:
             raise Unavailable(f"model '{name}' could not be loaded: {exc}", retry_after_s=retry) from None
         finally:
             residence.cold_load = None
+            residence.room_until = None
         elapsed = self._clock.now() - started
         self._metrics.residency_loads.labels(name, "loaded").inc()
         self._metrics.cold_start_seconds.labels(name).observe(elapsed)
@@ -184,41 +205,74 @@ class MemoryBudget:
         self, entry: ModelEntry, vsource: VersionSource, build: Callable[[], Awaitable[ModelVersion]]
     ) -> ModelVersion:
         """Every version load of the manager: make room for it, load it with ``build``, measure it
-        and keep the budget. Raises ModelLoadError (NoRoom: not now) and what ``build`` raises."""
+        and keep the budget. With no room now it waits for some while a request waits on the load
+        (:attr:`Residence.room_until`). Raises ModelLoadError (NoRoom: not now) and what ``build``
+        raises."""
         if not self.measures(entry):
             return await build()
-        async with self._lock:
-            name = entry.source.name
-            budget = self.budget_bytes
-            known = entry.residence.sizes.get((vsource.version, vsource.revision))
-            need = known if known is not None else await asyncio.to_thread(_files_bytes, vsource.directory)
-            if budget is not None:
-                if known is not None and known > budget:
-                    self._refuse(entry, Refusal.TOO_LARGE)
-                    raise ModelLoadError(_too_large(name, vsource.version, known, budget))
-                # Never measured: room for its files where that can be had; else it loads, and its
-                # measurement decides (more evictions, or it is unloaded again).
-                await self._make_room(entry, vsource, min(need, budget), strict=known is not None)
-            version, size = await self._measured_build(entry, build)
-            entry.residence.sizes[(vsource.version, vsource.revision)] = size
-            if budget is not None:
+        residence = entry.residence
+        started = self._clock.now()
+        files: int | None = None
+        waited_for_room = False
+        while True:
+            async with self._lock:
+                known = residence.sizes.get((vsource.version, vsource.revision))
+                if known is None and files is None:
+                    files = await asyncio.to_thread(_files_bytes, vsource.directory)
                 try:
-                    if size > budget:
-                        self._refuse(entry, Refusal.TOO_LARGE)
-                        raise ModelLoadError(_too_large(name, vsource.version, size, budget))
-                    await self._make_room(entry, vsource, size)
-                except ModelLoadError:
-                    await version.aclose(0.0)  # loaded, never served: nothing to drain
-                    raise
-            self._hold(entry, version, size)
-            return version
+                    return await self._admit_now(entry, vsource, build, known, files or 0)
+                except NoRoom as exc:
+                    now = self._clock.now()
+                    until = residence.room_until
+                    if until is None or residence.waiting == 0 or now >= until:
+                        self._refuse(entry, Refusal.NO_ROOM)
+                        if now - started < ROOM_POLL_S:
+                            raise
+                        waited = f"; waited {(now - started) * 1000:.0f} ms for one to go idle"
+                        raise NoRoom(f"{exc}{waited}") from None
+                    if not waited_for_room:
+                        waited_for_room = True
+                        log.info("model %s waits for room: %s", entry.source.name, exc)
+            await asyncio.sleep(ROOM_POLL_S)
+
+    async def _admit_now(
+        self,
+        entry: ModelEntry,
+        vsource: VersionSource,
+        build: Callable[[], Awaitable[ModelVersion]],
+        known: int | None,
+        files: int,
+    ) -> ModelVersion:
+        """One try at :meth:`admit`, under the lock: NoRoom when what holds the budget is busy."""
+        name = entry.source.name
+        budget = self.budget_bytes
+        need = known if known is not None else files
+        if budget is not None:
+            if known is not None and known > budget:
+                self._refuse(entry, Refusal.TOO_LARGE)
+                raise ModelLoadError(_too_large(name, vsource.version, known, budget))
+            # Never measured: room for its files where that can be had; else it loads, and its
+            # measurement decides (more evictions, or it is unloaded again).
+            await self._make_room(entry, vsource, min(need, budget), strict=known is not None)
+        version, size = await self._measured_build(entry, build)
+        entry.residence.sizes[(vsource.version, vsource.revision)] = size
+        if budget is not None:
+            try:
+                if size > budget:
+                    self._refuse(entry, Refusal.TOO_LARGE)
+                    raise ModelLoadError(_too_large(name, vsource.version, size, budget))
+                await self._make_room(entry, vsource, size)
+            except ModelLoadError:
+                await version.aclose(0.0)  # loaded, never served: nothing to drain
+                raise
+        self._hold(entry, version, size)
+        return version
 
     async def _make_room(self, entry: ModelEntry, vsource: VersionSource, need: int, *, strict: bool = True) -> None:
         plan = plan_room(self._held(), need, self.budget_bytes)
         if not plan.fits and not strict:
             return
         if not plan.fits:
-            self._refuse(entry, Refusal.NO_ROOM)
             raise NoRoom(
                 f"no room within the memory budget of {describe_bytes(self.budget_bytes or 0)} for version "
                 f"{vsource.version} ({describe_bytes(need)}): {describe_bytes(plan.used_bytes)} is held by "
@@ -321,6 +375,13 @@ class MemoryBudget:
             "resident_bytes": residence.held_bytes,
             "measured_bytes": residence.measured_bytes,
         }
+
+
+def _late(entry: ModelEntry, timeout_s: float) -> DeadlineExceeded:
+    return DeadlineExceeded(
+        f"request to model '{entry.source.name}' exceeded its deadline of {timeout_s * 1000:.0f} ms "
+        "while the model loaded"
+    )
 
 
 def _too_large(name: str, version: int, size: int, budget: int) -> str:

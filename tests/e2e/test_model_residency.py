@@ -1,8 +1,9 @@
 """Models in bounded memory, on a real server (docs/model-residency.md): twenty on-demand models of
-8 MiB of weights each under a budget that holds five, with concurrent traffic to all of them:
-every request answered, the budget never passed (sampled throughout), cold starts and evictions
-counted. Then a model larger than the budget fails naming sizes, and a model in use is not evicted
-(the load that would need its room is refused with 503 and Retry-After)."""
+8 MiB of weights each under a budget that holds five, with more concurrent clients than that, to
+all of them: every request answered (a load that finds every resident model busy waits for one to
+go idle), the budget never passed (sampled throughout), cold starts and evictions counted. Then a
+model larger than the budget fails naming sizes, and a model in use is not evicted (the load that
+needs its room waits for it, or gives up at the request's deadline)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ MODELS = 20
 BUDGET = 44 * MIB  # five models measured at a little over 8 MiB each (and one load's own overhead) fit, six do not
 KEY = "residency-admin-key-2718281828"
 ADMIN = {"authorization": f"Bearer {KEY}"}
-# Clients at once: fewer than the models the budget holds, so a load always finds an idle model to
-# evict (each client keeps at most one model busy); more would be refused for want of room at times.
-CLIENTS = 4
-REQUESTS_PER_CLIENT = 50
+# Clients at once: more than the models the budget holds, so a load at times finds every resident
+# model busy (each client keeps at most one model busy) and waits for one to go idle.
+CLIENTS = 8
+REQUESTS_PER_CLIENT = 25
+REQUEST_MS = 20  # each request's time in its model: what keeps a resident model busy
 
 
 def _args(repo: Path, keys: Path, budget: int, *extra: str) -> tuple[str, ...]:
@@ -63,7 +65,7 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("residency")
     repo = root / "models"
     for index in range(MODELS):
-        write_weights_model(repo, f"m{index:02d}", mib=8, value=float(index))
+        write_weights_model(repo, f"m{index:02d}", mib=8, value=float(index), delay_ms=REQUEST_MS)
     with ServerProcess(*_args(repo, write_admin_keys(root, KEY), BUDGET)) as server:
         yield server
 
@@ -91,7 +93,7 @@ def test_twenty_models_under_a_budget_for_five_all_answer_and_the_budget_holds(m
     def client(seed: int) -> list[tuple[str, int, float | None]]:
         rng = random.Random(seed)
         answers = []
-        with httpx.Client(timeout=30.0) as http:
+        with httpx.Client(timeout=60.0) as http:
             for _ in range(REQUESTS_PER_CLIENT):
                 index = rng.randrange(MODELS)
                 response = http.post(f"{many.url}/v2/models/m{index:02d}/infer", json=v2_body([[0, 0, 0, 0]]))
@@ -159,7 +161,7 @@ def test_a_model_larger_than_the_budget_fails_its_load_naming_the_sizes(tight: t
     assert pinned["state"] == "READY" and pinned["residency"]["mode"] == "resident"
 
 
-def test_a_model_in_use_is_not_evicted_and_the_load_needing_its_room_is_refused(
+def test_a_model_in_use_is_not_evicted_and_the_load_needing_its_room_waits_within_its_deadline(
     tight: tuple[ServerProcess, Path],
 ) -> None:
     server, hold = tight
@@ -168,24 +170,38 @@ def test_a_model_in_use_is_not_evicted_and_the_load_needing_its_room_is_refused(
     assert first.status_code == 200, (first.text, _index(server))
     assert first.json()["outputs"][0]["data"][0] == 2
     hold.touch()
-    with ThreadPoolExecutor(1) as pool:
+    with ThreadPoolExecutor(2) as pool:
         running = pool.submit(httpx.post, f"{server.url}/v2/models/held/infer", json=body, timeout=30.0)
         try:
             wait_until(lambda: metric(server.metrics_url, "tensorgate_inflight_requests", model="held") >= 1)
-            refused = httpx.post(f"{server.url}/v2/models/other/infer", json=body, timeout=30.0)
-            assert refused.status_code == 503 and "retry-after" in refused.headers
-            assert "no room within the memory budget" in refused.json()["error"]
-            assert next(r for r in _index(server) if r["name"] == "held")["residency"]["state"] == "RESIDENT"
+            # 300 ms of deadline (V2's timeout, in µs): the load waits for room that long, then 504.
+            late = httpx.post(f"{server.url}/v2/models/other/infer", json=v2_body([[0, 0, 0, 0]], timeout=300_000))
+            assert late.status_code == 504 and "while the model loaded" in late.json()["error"]
+            wait_until(
+                lambda: (
+                    metric(
+                        server.metrics_url, "tensorgate_model_residency_loads_total", model="other", outcome="no_room"
+                    )
+                    == 1
+                )
+            )
+            # No deadline: it waits until the model in use is idle, then evicts it.
+            waiting = pool.submit(httpx.post, f"{server.url}/v2/models/other/infer", json=body, timeout=30.0)
+            wait_until(lambda: _row(server, "other")["residency"]["state"] == "LOADING")
+            assert _row(server, "held")["residency"]["state"] == "RESIDENT" and not waiting.done()
         finally:
             hold.unlink()
         assert running.result().status_code == 200  # never evicted from under its request
-    assert metric(server.metrics_url, "tensorgate_model_evictions_total", model="held") == 0
-    answer = httpx.post(f"{server.url}/v2/models/other/infer", json=body, timeout=30.0)  # held is idle now
+        answer = waiting.result()
     assert answer.status_code == 200 and answer.json()["outputs"][0]["data"][0] == 3
     assert metric(server.metrics_url, "tensorgate_model_evictions_total", model="held") == 1
     assert metric(server.metrics_url, "tensorgate_model_evictions_total", model="pinned") == 0
-    outcome = metric(server.metrics_url, "tensorgate_model_residency_loads_total", model="other", outcome="no_room")
+    outcome = metric(server.metrics_url, "tensorgate_model_residency_loads_total", model="other", outcome="loaded")
     assert outcome == 1
+
+
+def _row(server: ServerProcess, name: str) -> dict[str, Any]:
+    return next(r for r in _index(server) if r["name"] == name)
 
 
 def test_a_worker_process_model_is_measured_by_its_workers_memory(tmp_path: Path) -> None:

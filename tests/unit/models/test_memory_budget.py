@@ -16,7 +16,7 @@ import pytest
 from model_builders import wait_until, write_weights_model
 
 from tensorgate.clock import MonotonicClock
-from tensorgate.errors import Unavailable
+from tensorgate.errors import DeadlineExceeded, ModelLoadError, Unavailable
 from tensorgate.models.manager import ModelManager
 from tensorgate.models.model_version import VersionState
 from tensorgate.models.service import InferenceService
@@ -33,6 +33,12 @@ def _request(name: str, timeout_s: float | None = 20.0) -> InferRequest:
 
 def _sample(metrics: Metrics, name: str, **labels: str) -> float:
     return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def _state(served: Served, name: str) -> str:
+    residency = served.service.residency(name)
+    assert residency is not None
+    return str(residency["state"])
 
 
 async def _answer(service: InferenceService, name: str) -> float:
@@ -120,7 +126,7 @@ async def test_idle_models_are_evicted_least_recently_used_first_and_the_budget_
     assert _sample(served.metrics, "tensorgate_memory_budget_bytes") == 20 * MIB
 
 
-async def test_a_model_in_use_is_not_evicted_and_a_load_that_finds_no_room_is_refused_with_retry_after(
+async def test_a_cold_load_waits_for_the_model_in_use_to_go_idle_and_then_evicts_it(
     tmp_path: Path, serve: object
 ) -> None:
     hold = tmp_path / "hold"
@@ -133,16 +139,50 @@ async def test_a_model_in_use_is_not_evicted_and_a_load_that_finds_no_room_is_re
     entry = served.manager.models["busy"]
     # The request is on the instance, held there (polled with a deadline, off the loop).
     await asyncio.to_thread(wait_until, lambda: entry.versions[1].scheduler.running > 0, 10.0)
-    with pytest.raises(Unavailable, match="no room within the memory budget") as refused:
-        await _answer(served.service, "other")
-    assert refused.value.retry_after_s is not None
-    outcome = {"model": "other", "outcome": "no_room"}
-    assert _sample(served.metrics, "tensorgate_model_residency_loads_total", **outcome) == 1
+    waiting = asyncio.create_task(_answer(served.service, "other"))  # 20 s to wait for room
+    await asyncio.to_thread(wait_until, lambda: _state(served, "other") == "LOADING", 10.0)
+    assert _state(served, "busy") == "RESIDENT" and not waiting.done()
+    assert _sample(served.metrics, "tensorgate_model_evictions_total", model="busy") == 0
     hold.unlink()
     assert await running == 5.0  # never evicted from under its request
-    assert _sample(served.metrics, "tensorgate_model_evictions_total", model="busy") == 0
-    assert await _answer(served.service, "other") == 1.0  # busy is idle now: it makes room
+    assert await waiting == 1.0  # then it was idle, and made room
     assert _sample(served.metrics, "tensorgate_model_evictions_total", model="busy") == 1
+    assert _state(served, "busy") == "NOT_RESIDENT" and served.held() <= 12 * MIB
+    outcome = {"model": "other", "outcome": "no_room"}
+    assert _sample(served.metrics, "tensorgate_model_residency_loads_total", **outcome) == 0
+
+
+async def test_a_load_that_finds_no_room_gives_up_with_its_requests(tmp_path: Path, serve: object) -> None:
+    """Within a request's deadline the load waits for room, and past it the request is answered 504;
+    a request with no deadline waits ``room_wait_s``, then 503 with Retry-After; a load no request
+    waits on (the repository API's) is refused at once."""
+    hold = tmp_path / "hold"
+    write_weights_model(tmp_path, "busy", mib=8, value=5.0, hold_file=hold)
+    write_weights_model(tmp_path, "other", mib=8)
+    served = await serve(12 * MIB, ["busy", "other"])  # type: ignore[operator]
+    assert await _answer(served.service, "busy") == 5.0
+    hold.touch()
+    running = asyncio.create_task(_answer(served.service, "busy"))
+    entry = served.manager.models["busy"]
+    await asyncio.to_thread(wait_until, lambda: entry.versions[1].scheduler.running > 0, 10.0)
+    outcome = {"model": "other", "outcome": "no_room"}
+
+    with pytest.raises(DeadlineExceeded, match="exceeded its deadline of 300 ms while the model loaded"):
+        await served.service.infer(_request("other", timeout_s=0.3))
+    await asyncio.to_thread(
+        wait_until, lambda: _sample(served.metrics, "tensorgate_model_residency_loads_total", **outcome) == 1, 10.0
+    )
+    served.manager.memory.room_wait_s = 0.2
+    with pytest.raises(Unavailable, match=r"no room within the memory budget .* waited \d+ ms") as refused:
+        await served.service.infer(_request("other", timeout_s=None))
+    assert refused.value.retry_after_s is not None
+    with pytest.raises(ModelLoadError, match="no room within the memory budget") as at_once:
+        await served.manager.apply(scan_model(tmp_path, tmp_path / "other"), retry_failed=True)
+    assert "waited" not in str(at_once.value)
+    assert _sample(served.metrics, "tensorgate_model_residency_loads_total", **outcome) == 2
+    hold.unlink()
+    assert await running == 5.0
+    assert _sample(served.metrics, "tensorgate_model_evictions_total", model="busy") == 0
 
 
 async def test_a_model_larger_than_the_budget_fails_its_load_naming_the_sizes(tmp_path: Path, serve: object) -> None:
