@@ -117,6 +117,7 @@ class Server:
         self.repository: RepositoryControl | None = None  # built at start, once the repository is known
         section = config.server
         self.tenancy = Tenancy(section.fair_queuing, section.tenant_header, section.tenants)
+        self.metrics.tenants.configure(section.tenants)  # their own label in the per-tenant metric
         self.gate = Gate(self.clock)  # replaced at start by one built from the auth settings
         self.certificates: CertificateFiles | None = None
         self.shared_memory = SharedMemoryRegions(enabled=False)  # replaced at start from the settings
@@ -209,7 +210,13 @@ class Server:
                 self.gate,
                 hosts,
                 self.shared_memory,
-                StatusReport(self.service, self.clock, self.metrics.status, replica=section.replica_id or ""),
+                StatusReport(
+                    self.service,
+                    self.clock,
+                    self.metrics.status,
+                    replica=section.replica_id or "",
+                    tenants=self.metrics.tenants,
+                ),
             ),
             bind_socket(section.host, section.http_port),
             keep_alive_s=section.keep_alive_s,

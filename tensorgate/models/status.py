@@ -7,7 +7,8 @@ small slots). Nothing here waits, locks or changes state; it runs on the event l
 
 Per model: its state, traffic (shares, canary rollout, shadow), memory residency, and per version
 its state, instances (health, device), queue, the last minute's figures and, for generative
-models, the engine's running and waiting sequences, KV cache use and tokens/s.
+models, the engine's running and waiting sequences, KV cache use and tokens/s. Per tenant, once a
+request names one: the busiest tenants' last minute across the models, and one row for the rest.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tensorgate.models.manager import ModelEntry
 from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
 from tensorgate.models.service import SERVER_NAME, SERVER_VERSION, InferenceService
 from tensorgate.observability.status_window import RATE_SPAN_S, WINDOW_S, StatusWindows, WindowFigures
+from tensorgate.observability.tenant_window import SHOWN, TenantRow, TenantWindows
 from tensorgate.scheduling.continuous.engine import Engine
 
 _LOADING = frozenset({VersionState.LOADING, VersionState.WARMING})
@@ -31,14 +33,22 @@ class StatusReport:
 
     ``windows``: the server's last-minute windows (``Metrics.status``); None reads each loaded
     version's through its metric children (the same object), leaving draining versions without.
+    ``tenants``: the server's per-tenant windows (``Metrics.tenants``); None: no tenants section.
     """
 
     def __init__(
-        self, service: InferenceService, clock: Clock, windows: StatusWindows | None = None, *, replica: str = ""
+        self,
+        service: InferenceService,
+        clock: Clock,
+        windows: StatusWindows | None = None,
+        *,
+        replica: str = "",
+        tenants: TenantWindows | None = None,
     ) -> None:
         self._service = service
         self._clock = clock
         self._windows = windows
+        self._tenants = tenants
         self._replica = replica
         self._started = clock.now()
         self._sequence = 0
@@ -80,7 +90,19 @@ class StatusReport:
                 ),
             },
             "models": rows,
+            # Across the models, so shown only to a caller who may see every model.
+            "tenants": self._tenant_rows() if models is None else None,
         }
+
+    def _tenant_rows(self) -> dict[str, Any] | None:
+        """The busiest tenants of the last minute and one row for the rest; None until a request
+        names a tenant (or without the server's tenant windows)."""
+        if self._tenants is None or not self._tenants.active:
+            return None
+        rows = self._tenants.rows(SHOWN)
+        named = [_tenant(row) for row in rows if row.name is not None]
+        others = next((_tenant(row) for row in rows if row.name is None), None)
+        return {"shown": SHOWN, "rows": named, "others": others}
 
     # -- one model -------------------------------------------------------------------------------
 
@@ -240,6 +262,26 @@ def _window(figures: WindowFigures) -> dict[str, Any]:
         "batch_sizes": {str(rows): n for rows, n in figures.batch_sizes.items()},
         "tokens": figures.tokens,
         "tokens_per_s": figures.tokens_per_s,
+    }
+
+
+def _tenant(row: TenantRow) -> dict[str, Any]:
+    figures = row.figures
+    outcomes = figures.outcomes
+    answered = outcomes.get("success", 0)
+    refused = outcomes.get("queue_full", 0)  # its own max_queued, or its share of a full queue
+    return {
+        "name": row.name,  # None: the others; "": requests that name no tenant
+        "tenants": row.tenants,
+        "requests": figures.requests,
+        "requests_per_s": figures.requests_per_s,
+        "answered": answered,
+        "refused": refused,
+        "deadline_refused": outcomes.get("deadline_refused", 0),
+        "errors": figures.requests - answered - refused - outcomes.get("deadline_refused", 0),
+        "p50_ms": figures.p50_ms,
+        "p99_ms": figures.p99_ms,
+        "outcomes": outcomes,
     }
 
 

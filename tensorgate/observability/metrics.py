@@ -1,7 +1,8 @@
 """Prometheus metrics. The registry is passed in (no global), so a test builds a fresh one.
 
 Label values come only from loaded models (name, version, instance), never from request URLs:
-a flood of requests for unknown models cannot create series. The families are updated on the
+a flood of requests for unknown models cannot create series. Tenant labels, which clients name,
+are a bounded set (``tenant_window``). The families are updated on the
 event loop only, without locks (see ``loop_metrics``); process, platform and GPU figures come
 from collectors read at scrape time.
 """
@@ -28,6 +29,7 @@ from tensorgate.observability.loop_metrics import (
     LoopCollector,
 )
 from tensorgate.observability.status_window import StatusWindows
+from tensorgate.observability.tenant_window import TenantWindows
 from tensorgate.observability.worker_metrics import WorkerCollector
 
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
@@ -263,6 +265,15 @@ class Metrics:
                 ["identity", "outcome"],
             )
         )
+        self.tenant_requests = r(
+            Counter(
+                "tensorgate_tenant_requests",
+                "Requests that reached a model's queue, by tenant and outcome: tenants named in server.tenants "
+                "and the busiest others up to a cap have their own label, the rest count under 'other', "
+                "the requests that name no tenant under '-' (recorded once any request names one).",
+                ["tenant", "outcome"],
+            )
+        )
         self.server_info = r(
             Gauge(
                 "tensorgate_server_info",
@@ -271,6 +282,8 @@ class Metrics:
             )
         )
         self._generation: GenerationMetrics | None = None
+        # Every tenant's last minute and its counter, fed by the schedulers (``Scheduler._finish``).
+        self.tenants = TenantWindows(self.status.clock, self.tenant_requests)
         if enabled:
             self.registry.register(loop)
         else:  # the families hand out children that record nothing, and nothing is exported

@@ -17,7 +17,7 @@ it reads the clock and hands the figure to the window. Everything runs on the ev
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tensorgate.clock import Clock
@@ -114,16 +114,40 @@ class MinuteWindow:
     # -- what the status page reads --------------------------------------------------------------
 
     def figures(self, now: float) -> WindowFigures:
-        current = math.floor(now)
-        outcomes: dict[str, int] = {}
-        latency: dict[int, int] = {}
-        batches: dict[int, int] = {}
-        tokens = recent_requests = recent_tokens = 0
-        for slot in self._slots:
+        return combined_figures((self,), now)
+
+    @property
+    def created(self) -> float:
+        return self._created
+
+    def _covered(self, now: float, span_s: int) -> float:
+        """The length of the last ``span_s`` whole seconds (the current one up to ``now``), less
+        whatever lies before this window began."""
+        start = math.floor(now) - span_s + 1
+        return max(0.0, now - max(start, self._created))
+
+
+def combined_figures(windows: Sequence[MinuteWindow], now: float) -> WindowFigures:
+    """The figures of several windows of the same spans read as one (the status page's "others"
+    row of tenants): counts add up, percentiles come from the merged buckets, and rates are over
+    the span the oldest of them covers."""
+    if not windows:
+        raise ValueError("no window to read")
+    current = math.floor(now)
+    outcomes: dict[str, int] = {}
+    latency: dict[int, int] = {}
+    batches: dict[int, int] = {}
+    tokens = recent_requests = recent_tokens = 0
+    oldest = min(windows, key=lambda w: w.created)
+    window_s, rate_span_s = oldest._window_s, oldest._rate_span_s
+    for window in windows:
+        if (window._window_s, window._rate_span_s) != (window_s, rate_span_s):
+            raise ValueError("windows read as one must have the same spans")
+        for slot in window._slots:
             age = current - slot.second
-            if not 0 <= age < self._window_s:
+            if not 0 <= age < window_s:
                 continue
-            recent = age < self._rate_span_s
+            recent = age < rate_span_s
             for name, n in slot.outcomes.items():
                 outcomes[name] = outcomes.get(name, 0) + n
                 if recent:
@@ -135,24 +159,18 @@ class MinuteWindow:
             tokens += slot.tokens
             if recent:
                 recent_tokens += slot.tokens
-        rate_s = self._covered(now, self._rate_span_s)
-        return WindowFigures(
-            window_s=round(self._covered(now, self._window_s), 3),
-            requests=sum(outcomes.values()),
-            requests_per_s=round(recent_requests / max(rate_s, 1.0), 3),
-            outcomes=dict(sorted(outcomes.items())),
-            p50_ms=_percentile_ms(latency, 0.50),
-            p99_ms=_percentile_ms(latency, 0.99),
-            batch_sizes=dict(sorted(batches.items())),
-            tokens=tokens,
-            tokens_per_s=round(recent_tokens / max(rate_s, 1.0), 3),
-        )
-
-    def _covered(self, now: float, span_s: int) -> float:
-        """The length of the last ``span_s`` whole seconds (the current one up to ``now``), less
-        whatever lies before this window began."""
-        start = math.floor(now) - span_s + 1
-        return max(0.0, now - max(start, self._created))
+    rate_s = oldest._covered(now, rate_span_s)
+    return WindowFigures(
+        window_s=round(oldest._covered(now, window_s), 3),
+        requests=sum(outcomes.values()),
+        requests_per_s=round(recent_requests / max(rate_s, 1.0), 3),
+        outcomes=dict(sorted(outcomes.items())),
+        p50_ms=_percentile_ms(latency, 0.50),
+        p99_ms=_percentile_ms(latency, 0.99),
+        batch_sizes=dict(sorted(batches.items())),
+        tokens=tokens,
+        tokens_per_s=round(recent_tokens / max(rate_s, 1.0), 3),
+    )
 
 
 def _percentile_ms(latency: dict[int, int], quantile: float) -> float | None:

@@ -43,7 +43,7 @@ from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, dec
 from tensorgate.scheduling.deadline_admission import completion_estimate
 from tensorgate.scheduling.pending import Fault, Pending
 from tensorgate.scheduling.request_queue import RETRY_AFTER_S, RequestQueue
-from tensorgate.types import Array, InferRequest, InferResponse
+from tensorgate.types import SHARED_TENANT, Array, InferRequest, InferResponse, Tenant
 
 T = TypeVar("T")
 
@@ -121,6 +121,7 @@ class Scheduler:
         self._executions = metrics.executions
         self._depth_gauges = metrics.queue_depth_gauges(queue.priority_levels)
         self._inflight_gauges = metrics.inflight_gauges(queue.priority_levels)
+        self._tenants = metrics.metrics.tenants  # each request's end by its tenant (the status page)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._running: set[asyncio.Future[None]] = set()  # one per batch on an instance, done when it ends
@@ -151,7 +152,7 @@ class Scheduler:
                 raise Unavailable(f"model '{self.model}' version {self.version} is shutting down", retry_after_s=1.0)
             priority = self._priority(request)
         except TensorgateError as exc:
-            self._refused(exc.outcome)
+            self._refused(exc.outcome, request.tenant)
             raise
         now = self._clock.now()
         timeout = request.timeout_s if request.timeout_s is not None else self._queue_settings.default_timeout_s
@@ -171,10 +172,10 @@ class Scheduler:
                 self._check_deadline(item, deadline - now)
             self._admit(item)
         except QueueFull:
-            self._refused("queue_full")
+            self._refused("queue_full", request.tenant)
             raise
         except WouldMissDeadline:
-            self._refused("deadline_refused")
+            self._refused("deadline_refused", request.tenant)
             raise
         self._inflight_gauges[priority - 1].inc()
         if self.batch_cost is not None:
@@ -253,17 +254,22 @@ class Scheduler:
                 retry_after_s=estimate - remaining,
             )
 
-    def _refused(self, outcome: str) -> None:
+    def _refused(self, outcome: str, tenant: Tenant) -> None:
         """A request turned away at admission: a failure in the metrics and in the statistics
         (Triton counts its scheduler's rejections as failures too)."""
         self._outcomes[outcome].inc()
         self.stats.fail_count += 1
+        if tenant is not SHARED_TENANT or self._tenants.active:
+            self._tenants.ended(tenant.name, outcome, None)
 
     def _finish(self, item: Pending, outcome: str) -> None:
         elapsed = self._clock.now() - item.arrival
         self._inflight_gauges[item.priority - 1].dec()
         self._outcomes[outcome].inc()
         self._request_seconds.observe(elapsed)
+        tenant = item.request.tenant
+        if tenant is not SHARED_TENANT or self._tenants.active:  # nothing to show until one is named
+            self._tenants.ended(tenant.name, outcome, elapsed)
         stats = self.stats
         if outcome == "success":
             stats.success_count += 1

@@ -1,8 +1,9 @@
 """The live status page (issue 34 part 4) against a real server: the JSON it polls (``/v2/status``),
 its gate (the ``metrics`` role), and the page itself in a real browser (Debian's chromium driven by
 Playwright): the figures it shows are the document's, they match ``/v2/status``, they follow the
-traffic (requests/s above 0 under load, back to 0 after it stops, errors by code), the page updates
-every second, and a screenshot is kept as a test artifact (``TENSORGATE_ARTIFACTS``, when set).
+traffic (requests/s above 0 under load, back to 0 after it stops, errors by code), two tenants are
+each seen served while one floods (and is refused past its ``max_queued``), the page updates
+every second, and screenshots are kept as test artifacts (``TENSORGATE_ARTIFACTS``, when set).
 
 Every wait is on a selector (an event in the page) with a deadline, never a sleep; the selectors
 need no ``eval``, so the page runs under its own Content-Security-Policy as a user's browser would.
@@ -10,6 +11,7 @@ need no ``eval``, so the page runs under its own Content-Security-Policy as a us
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -43,8 +45,12 @@ def _repository(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = _repository(tmp_path_factory.mktemp("status"))
-    with ServerProcess("--model-repository", str(repo)) as process:
+    directory = tmp_path_factory.mktemp("status")
+    # The flooding tenant may hold one request in a model's queue: past it, it alone is refused.
+    tenants = {"flood": {"max_queued": 1}}
+    config = {"server": {"model_repository": str(_repository(directory)), "tenants": tenants}}
+    (directory / "config.yaml").write_text(yaml.safe_dump(config))
+    with ServerProcess("--config", str(directory / "config.yaml")) as process:
         yield process
 
 
@@ -80,9 +86,14 @@ def _models(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_the_document_reports_states_shares_instances_and_the_last_minute(server: ServerProcess) -> None:
     with httpx.Client(base_url=server.url, timeout=10) as client:
+        assert client.get("/v2/status").json()["tenants"] is None  # no request named a tenant yet
         for _ in range(12):
             assert client.post("/v2/models/echo/infer", json=v2_body([[1.0, 2.0, 3.0, 4.0]])).status_code == 200
         assert client.post("/v2/models/echo/infer", json=BAD_BODY).status_code == 400
+        for tenant, count in (("alpha", 3), ("beta", 1)):
+            for _ in range(count):
+                sent = client.post("/v2/models/split/infer", json=v2_body([[0.0] * 4]), headers={"x-tenant": tenant})
+                assert sent.status_code == 200
         response = client.get("/v2/status")
     assert response.headers["content-type"] == "application/json"
     assert response.headers["cache-control"] == "no-store"
@@ -110,6 +121,13 @@ def test_the_document_reports_states_shares_instances_and_the_last_minute(server
         ("1", "READY", 75.0),
         ("2", "READY", 25.0),
     ]
+    tenants = document["tenants"]
+    rows = {row["name"]: row for row in tenants["rows"]}
+    assert tenants["others"] is None and set(rows) == {"alpha", "beta"}  # the shared tenant's came before
+    assert [row["name"] for row in tenants["rows"]] == ["alpha", "beta"]  # busiest first
+    assert (rows["alpha"]["answered"], rows["alpha"]["refused"], rows["alpha"]["errors"]) == (3, 0, 0)
+    assert rows["beta"]["answered"] == 1 and rows["beta"]["requests_per_s"] > 0
+    assert rows["alpha"]["p99_ms"] >= rows["alpha"]["p50_ms"] > 0
     later = _status(server)
     assert later["server"]["sequence"] > server_part["sequence"]  # a new document on every poll
 
@@ -141,25 +159,38 @@ def test_the_page_and_the_document_need_the_metrics_role(locked: ServerProcess) 
             assert forbidden.status_code == 403 and "'metrics' role" in forbidden.json()["error"]
             assert client.get(path, headers={"x-api-key": OPS_KEY}).status_code == 200
     assert set(_models(_status(locked, authorization=f"Bearer {OPS_KEY}"))) == {"echo", "split"}
+    # Authenticated, the tenant is the caller: the team's requests are the team's, whatever header it sends.
+    infer = {"authorization": f"Bearer {TEAM_KEY}", "x-tenant": "someone-else"}
+    assert httpx.post(f"{locked.url}/v2/models/echo/infer", json=v2_body([[0.0] * 4]), headers=infer).status_code == 200
+    everything = _status(locked, authorization=f"Bearer {OPS_KEY}")
+    assert [row["name"] for row in everything["tenants"]["rows"]] == ["team"]
     limited = _status(locked, authorization=f"Bearer {OPS_ECHO_KEY}")  # sees only the models it may use
     assert set(_models(limited)) == {"echo"} and limited["server"]["models"] == 1
+    assert limited["tenants"] is None  # tenants' figures span the models: not for a caller limited to some
 
 
 # -- the page in a real browser --------------------------------------------------------------------
 
 
 class Load:
-    """Requests to ``echo`` from a thread until stopped: mostly good ones, one in eight invalid."""
+    """Requests to ``echo`` from ``clients`` threads until stopped. Without a tenant: mostly good
+    ones, one in eight invalid. As ``tenant``: good ones, ``pause_s`` apart in each thread, where a
+    503 (the tenant's own queue bound) is counted as refused rather than as a failure."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, tenant: str | None = None, clients: int = 1, pause_s: float = 0.0) -> None:
         self._url = url
+        self._tenant = tenant
+        self._pause_s = pause_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(clients)]
+        self._lock = threading.Lock()
         self.sent = 0
+        self.refused = 0
         self.failures: list[str] = []
 
     def __enter__(self) -> Load:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -167,17 +198,24 @@ class Load:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        for thread in self._threads:
+            thread.join(timeout=10)
 
     def _run(self) -> None:
+        headers = {} if self._tenant is None else {"x-tenant": self._tenant}
         try:
-            with httpx.Client(base_url=self._url, timeout=10) as client:
+            with httpx.Client(base_url=self._url, timeout=10, headers=headers) as client:
                 while not self._stop.is_set():
-                    bad = self.sent % 8 == 7
+                    with self._lock:
+                        bad = self._tenant is None and self.sent % 8 == 7
+                        self.sent += 1
                     response = client.post("/v2/models/echo/infer", json=BAD_BODY if bad else v2_body([[0.0] * 4]))
-                    if response.status_code != (400 if bad else 200):
+                    if self._tenant is not None and response.status_code == 503 and "retry-after" in response.headers:
+                        with self._lock:
+                            self.refused += 1
+                    elif response.status_code != (400 if bad else 200):
                         self.failures.append(f"{response.status_code}: {response.text[:200]}")
-                    self.sent += 1
+                    self._stop.wait(self._pause_s)  # a steady client's pace, not a wait for the server
         except Exception as exc:  # a thread must not raise: the test reads what went wrong
             self.failures.append(repr(exc))
 
@@ -207,8 +245,18 @@ _READ_PAGE = """() => {
         [...card.querySelectorAll(".chip[data-code]")].map((chip) => [chip.dataset.code, chip.textContent])),
     };
   }
+  const tenants = {};
+  for (const row of document.querySelectorAll("#tenants tr[data-tenant], #tenants tr[data-others]")) {
+    tenants[row.dataset.tenant === undefined ? "*others*" : row.dataset.tenant] = {
+      rps: value(row, '[data-field="rps"]'), answered: value(row, '[data-field="answered"]'),
+      refused: value(row, '[data-field="refused"]'), deadlineRefused: value(row, '[data-field="deadline-refused"]'),
+      errors: value(row, '[data-field="errors"]'), p50: value(row, '[data-field="p50"]'),
+      p99: value(row, '[data-field="p99"]'), share: value(row, '[data-field="share"]'),
+    };
+  }
   return {
-    doc, models, sequence: document.body.dataset.sequence,
+    doc, models, tenants, sequence: document.body.dataset.sequence,
+    tenantsShown: !document.getElementById("tenants").hidden,
     serverState: document.getElementById("server-state").dataset.value,
     totalRps: document.getElementById("total-rps").dataset.value,
   };
@@ -236,6 +284,19 @@ def _check_the_page_shows_its_document(shown: dict[str, Any]) -> None:
             assert _number(row["rps"]) == window["requests_per_s"]
             assert _number(row["p50"]) == window["p50_ms"] and _number(row["p99"]) == window["p99_ms"]
             assert _number(row["errors"]) == sum(window["errors"].values())
+    tenants = doc["tenants"]
+    assert shown["tenantsShown"] == (tenants is not None)
+    if tenants is None:
+        return
+    listed = [*tenants["rows"], *([tenants["others"]] if tenants["others"] else [])]
+    assert set(shown["tenants"]) == {"*others*" if t["name"] is None else t["name"] for t in listed}
+    for tenant in listed:
+        row = shown["tenants"]["*others*" if tenant["name"] is None else tenant["name"]]
+        assert _number(row["rps"]) == tenant["requests_per_s"]
+        assert _number(row["answered"]) == tenant["answered"] and _number(row["refused"]) == tenant["refused"]
+        assert _number(row["deadlineRefused"]) == tenant["deadline_refused"]
+        assert _number(row["errors"]) == tenant["errors"]
+        assert _number(row["p50"]) == tenant["p50_ms"] and _number(row["p99"]) == tenant["p99_ms"]
 
 
 def _save(page: Page, tmp_path: Path, name: str) -> Path:
@@ -253,8 +314,9 @@ def chromium() -> str:
     return ensure_debian_package("chromium", "chromium")
 
 
-def test_the_page_in_a_browser_follows_the_traffic(server: ServerProcess, chromium: str, tmp_path: Path) -> None:
-    echo = 'section[data-model="echo"]'
+@contextlib.contextmanager
+def _browser_page(chromium: str) -> Iterator[tuple[Page, list[str]]]:
+    """A page in headless chromium, and the errors its script reports (the test asserts none)."""
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=chromium, headless=True, args=["--no-sandbox", "--disable-dev-shm-usage"]
@@ -264,39 +326,72 @@ def test_the_page_in_a_browser_follows_the_traffic(server: ServerProcess, chromi
             problems: list[str] = []
             page.on("pageerror", lambda error: problems.append(str(error)))
             page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            with Load(server.url) as load:
-                page.goto(f"{server.url}/status")
-                # Under load: requests/s above 0 and the invalid requests counted by their code.
-                page.wait_for_selector(f'{echo} .stats [data-field="rps"]:not([data-value="0"])', state="attached")
-                page.wait_for_selector(f'{echo} .chip[data-code="invalid"]', state="attached")
-                shown = page.evaluate(_READ_PAGE)
-                direct = _status(server)
-                sequence = page.get_attribute("body", "data-sequence")
-                page.wait_for_selector(f'body:not([data-sequence="{sequence}"])', state="attached")  # it updates
-                _save(page, tmp_path, "status-page-under-load.png")
-            assert not load.failures, load.failures[:3]
-            assert load.sent > 0
-            _check_the_page_shows_its_document(shown)
-            mine, theirs = _models(shown["doc"]), _models(direct)
-            assert set(mine) == set(theirs) == {"echo", "split"}
-            for name in mine:  # what changes only with the configuration is the same in both
-                assert mine[name]["state"] == theirs[name]["state"] == "READY"
-                assert [(v["version"], v["state"], v["share"]) for v in mine[name]["versions"]] == [
-                    (v["version"], v["state"], v["share"]) for v in theirs[name]["versions"]
-                ]
-            assert mine["echo"]["requests_per_s"] > 0 and theirs["echo"]["requests_per_s"] > 0
-            assert shown["models"]["echo"]["codes"]["invalid"].startswith("invalid ")
-            assert float(shown["models"]["echo"]["errors"]) > 0
-            # The traffic stopped: requests/s falls back to 0 on the page and in the document.
-            page.wait_for_selector(
-                f'{echo} .stats [data-field="rps"][data-value="0"]', state="attached", timeout=RATE_SPAN_WAIT_MS
-            )
-            page.wait_for_selector('#total-rps[data-value="0"]', state="attached", timeout=RATE_SPAN_WAIT_MS)
-            quiet = page.evaluate(_READ_PAGE)
-            _check_the_page_shows_its_document(quiet)
-            assert _models(_status(server))["echo"]["requests_per_s"] == 0.0
-            assert int(quiet["sequence"]) > int(shown["sequence"])
-            _save(page, tmp_path, "status-page-after-load.png")
-            assert not problems, problems
+            yield page, problems
         finally:
             browser.close()
+
+
+def test_the_page_in_a_browser_follows_the_traffic(server: ServerProcess, chromium: str, tmp_path: Path) -> None:
+    echo = 'section[data-model="echo"]'
+    with _browser_page(chromium) as (page, problems):
+        with Load(server.url) as load:
+            page.goto(f"{server.url}/status")
+            # Under load: requests/s above 0 and the invalid requests counted by their code.
+            page.wait_for_selector(f'{echo} .stats [data-field="rps"]:not([data-value="0"])', state="attached")
+            page.wait_for_selector(f'{echo} .chip[data-code="invalid"]', state="attached")
+            shown = page.evaluate(_READ_PAGE)
+            direct = _status(server)
+            sequence = page.get_attribute("body", "data-sequence")
+            page.wait_for_selector(f'body:not([data-sequence="{sequence}"])', state="attached")  # it updates
+            _save(page, tmp_path, "status-page-under-load.png")
+        assert not load.failures, load.failures[:3]
+        assert load.sent > 0
+        _check_the_page_shows_its_document(shown)
+        mine, theirs = _models(shown["doc"]), _models(direct)
+        assert set(mine) == set(theirs) == {"echo", "split"}
+        for name in mine:  # what changes only with the configuration is the same in both
+            assert mine[name]["state"] == theirs[name]["state"] == "READY"
+            assert [(v["version"], v["state"], v["share"]) for v in mine[name]["versions"]] == [
+                (v["version"], v["state"], v["share"]) for v in theirs[name]["versions"]
+            ]
+        assert mine["echo"]["requests_per_s"] > 0 and theirs["echo"]["requests_per_s"] > 0
+        assert shown["models"]["echo"]["codes"]["invalid"].startswith("invalid ")
+        assert float(shown["models"]["echo"]["errors"]) > 0
+        # The traffic stopped: requests/s falls back to 0 on the page and in the document.
+        page.wait_for_selector(
+            f'{echo} .stats [data-field="rps"][data-value="0"]', state="attached", timeout=RATE_SPAN_WAIT_MS
+        )
+        page.wait_for_selector('#total-rps[data-value="0"]', state="attached", timeout=RATE_SPAN_WAIT_MS)
+        quiet = page.evaluate(_READ_PAGE)
+        _check_the_page_shows_its_document(quiet)
+        assert _models(_status(server))["echo"]["requests_per_s"] == 0.0
+        assert int(quiet["sequence"]) > int(shown["sequence"])
+        _save(page, tmp_path, "status-page-after-load.png")
+        assert not problems, problems
+
+
+def test_the_page_shows_each_tenant_served_while_one_floods(
+    server: ServerProcess, chromium: str, tmp_path: Path
+) -> None:
+    """The issue's "done means": two tenants, one sending as fast as four clients can, the other a
+    request every 20 ms; the page shows both served, and the flood alone refused past its bound."""
+    rows = "#tenants tr[data-tenant"
+    with _browser_page(chromium) as (page, problems):
+        with Load(server.url, "flood", clients=4) as flood, Load(server.url, "steady", pause_s=0.02) as steady:
+            page.goto(f"{server.url}/status")
+            for tenant in ("flood", "steady"):
+                page.wait_for_selector(
+                    f'{rows}="{tenant}"] [data-field="answered"]:not([data-value="0"])', state="attached"
+                )
+            page.wait_for_selector(f'{rows}="flood"] [data-field="refused"]:not([data-value="0"])', state="attached")
+            shown = page.evaluate(_READ_PAGE)
+            _save(page, tmp_path, "status-page-tenants.png")
+        assert not flood.failures and not steady.failures, (flood.failures[:3], steady.failures[:3])
+        assert flood.refused > 0 and steady.refused == 0
+        _check_the_page_shows_its_document(shown)
+        flooding, steadily = shown["tenants"]["flood"], shown["tenants"]["steady"]
+        assert _number(flooding["rps"]) > 0 and _number(steadily["rps"]) > 0  # both served
+        assert _number(flooding["refused"]) > 0 and _number(steadily["refused"]) == 0
+        assert _number(steadily["errors"]) == 0 and _number(steadily["p99"]) is not None
+        assert 0 < _number(steadily["share"]) < _number(flooding["share"])  # type: ignore[operator]
+        assert not problems, problems

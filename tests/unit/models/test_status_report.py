@@ -13,14 +13,14 @@ import pytest
 from model_builders import write_version, write_versioned_model
 
 from tensorgate.clock import ManualClock, MonotonicClock
-from tensorgate.errors import InvalidInput
+from tensorgate.errors import InvalidInput, QueueFull
 from tensorgate.models.manager import ModelManager
 from tensorgate.models.service import InferenceService
 from tensorgate.models.status import StatusReport
 from tensorgate.observability.metrics import Metrics
 from tensorgate.repository.scanner import scan_model
 from tensorgate.repository.source import ModelSource
-from tensorgate.types import InferRequest
+from tensorgate.types import InferRequest, Tenant
 
 
 def _source(root: Path, name: str) -> ModelSource:
@@ -40,7 +40,8 @@ async def setup(tmp_path: Path) -> AsyncIterator[tuple[InferenceService, StatusR
     await manager.load_all([_source(tmp_path, "split"), _source(tmp_path, "broken")])
     service = InferenceService(manager)
     service.started = True
-    yield service, StatusReport(service, window_clock, metrics.status, replica="r-1"), window_clock
+    report = StatusReport(service, window_clock, metrics.status, replica="r-1", tenants=metrics.tenants)
+    yield service, report, window_clock
     await manager.aclose(5.0)
 
 
@@ -57,6 +58,7 @@ async def test_the_document_shows_states_shares_and_instances(
     assert server["name"] == "tensorgate" and server["replica"] == "r-1"
     assert server["ready"] is True and server["live"] is True and server["draining"] is False
     assert server["models"] == 2 and server["models_ready"] == 2 and server["memory"] is None
+    assert document["tenants"] is None  # no request has named a tenant
     models = {m["name"]: m for m in document["models"]}
     split = models["split"]
     assert split["state"] == "READY" and split["generative"] is False and split["residency"] is None
@@ -130,3 +132,30 @@ async def test_a_model_whose_only_version_failed_is_failed(tmp_path: Path) -> No
         assert document["server"]["ready"] is False and document["server"]["models_ready"] == 0
     finally:
         await manager.aclose(5.0)
+
+
+async def test_each_tenant_is_shown_served_or_refused_to_callers_who_see_every_model(
+    setup: tuple[InferenceService, StatusReport, ManualClock],
+) -> None:
+    service, report, clock = setup
+    flood, steady, capped = Tenant("flood"), Tenant("steady"), Tenant("capped", max_queued=0)
+    for _ in range(6):
+        await service.infer(replace(_request("split", 1), tenant=flood))
+    for _ in range(2):
+        await service.infer(replace(_request("split", 2), tenant=steady))
+    await service.infer(_request("split", 1))  # names no tenant: the shared one, shown as ""
+    with pytest.raises(QueueFull, match="tenant 'capped'"):
+        await service.infer(replace(_request("split", 1), tenant=capped))
+    clock.advance(2.0)
+    tenants = report.document()["tenants"]
+    assert tenants["others"] is None and tenants["shown"] >= 4
+    rows = {row["name"]: row for row in tenants["rows"]}
+    assert [row["name"] for row in tenants["rows"]] == ["flood", "steady", "", "capped"]  # busiest first
+    assert (rows["flood"]["answered"], rows["flood"]["refused"], rows["flood"]["errors"]) == (6, 0, 0)
+    assert rows["flood"]["requests_per_s"] == pytest.approx(6 / 2.0, abs=0.01)
+    assert rows["steady"]["answered"] == 2 and rows["steady"]["p99_ms"] >= rows["steady"]["p50_ms"] > 0
+    assert rows[""]["answered"] == 1
+    capped_row = rows["capped"]
+    assert (capped_row["answered"], capped_row["refused"], capped_row["p99_ms"]) == (0, 1, None)
+    assert capped_row["outcomes"] == {"queue_full": 1}
+    assert report.document(frozenset({"split"}))["tenants"] is None  # across models: not for a limited caller
