@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import logging
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
 from tensorgate.types import InferRequest, InferResponse, ModelMetadata
 
 log = logging.getLogger(__name__)
+_serials = itertools.count(1)
 
 
 class VersionState(enum.Enum):
@@ -57,6 +59,7 @@ class ModelVersion:
     ) -> None:
         self.name = name
         self.version = version
+        self.serial = next(_serials)  # this loaded copy, apart from any other load of the same version
         self.platform = platform
         self.specs = specs
         self.rules = TensorRules(name, specs.inputs, specs.outputs, specs.max_batch_size)
@@ -98,7 +101,23 @@ class ModelVersion:
         cache = self.cache
         if cache is None:
             return await self.scheduler.submit(request, rows, key)
-        return await cache.infer(request, lambda: self.scheduler.submit(request, rows, key), self.name, self.version)
+        return await cache.infer(
+            request,
+            lambda: self.scheduler.submit(request, rows, key),
+            self.name,
+            self.version,
+            on_hit=self.count_cache_hit,
+        )
+
+    def count_cache_hit(self, elapsed_ns: int) -> None:
+        """A request answered from the response cache, ``elapsed_ns`` after it reached the cache: a
+        success in the metrics (outcome and duration) and in Triton's statistics, whose ``success``
+        counts cache hits while ``inference_count`` and ``execution_count`` do not."""
+        self.metrics.outcome("success")
+        self.metrics.request_seconds.observe(elapsed_ns / 1e9)
+        stats = self.scheduler.stats
+        stats.success_count += 1
+        stats.success_ns += elapsed_ns
 
     def count_failure(self, error: TensorgateError) -> None:
         """Count a request that failed before reaching the scheduler (bad body for a known model)."""

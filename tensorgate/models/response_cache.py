@@ -8,12 +8,15 @@ whose key includes a token unique to that loaded copy, so a reload (new weights,
 answers from the old copy's results, and whose entries leave with it when it unloads. Only for
 deterministic models: the configuration says so (the LLM backend, which samples, refuses it).
 
-Runs on the event loop; hashing is BLAKE2b over the tensors' bytes, which for a tensor of any size
-costs less than decoding it did.
+Runs on the event loop. The key is BLAKE2b over the tensors' bytes, whose cost grows with them:
+requests whose inputs hold more than ``offload_bytes`` are hashed in a worker thread, as the HTTP
+front end decodes bodies that large, so a large tensor never holds the loop (and the health checks
+behind it); hashlib releases the GIL while it hashes a large buffer, so the loop keeps serving.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 from collections import OrderedDict
@@ -30,6 +33,9 @@ from tensorgate.types import Array, InferRequest, InferResponse
 # What a request carries for the server rather than the model: never part of the key.
 _TRANSPORT_PARAMETERS = frozenset({"priority", "timeout", "binary_data_output"})
 _ENTRY_OVERHEAD_BYTES = 256  # the key, the dict and the arrays' headers, roughly, per entry
+# Inputs larger than this are hashed off the loop: the HTTP front end's threshold for decoding a
+# body in a worker thread, for the same reason (a hand-off costs more than hashing less).
+OFFLOAD_BYTES = 8 * 1024 * 1024
 _tokens = itertools.count(1)
 
 
@@ -133,21 +139,47 @@ class CacheCounts:
     miss_ns: int = 0
 
 
+def input_bytes(request: InferRequest) -> int:
+    """The bytes of a request's inputs (BYTES tensors: their pointers, a lower bound)."""
+    return sum(array.nbytes for array in request.inputs.values())
+
+
 class VersionCache:
     """One loaded copy of a model version's use of the server's cache."""
 
-    def __init__(self, cache: ResponseCache, clock: Clock, on_lookup: Callable[[bool], None] | None = None) -> None:
+    def __init__(
+        self,
+        cache: ResponseCache,
+        clock: Clock,
+        on_lookup: Callable[[bool], None] | None = None,
+        offload_bytes: int = OFFLOAD_BYTES,
+    ) -> None:
         self._cache = cache
         self._clock = clock
         self._on_lookup = on_lookup  # metrics: True for a hit
+        self._offload_bytes = offload_bytes
         self.token = next(_tokens)
         self.counts = CacheCounts()
 
     async def infer(
-        self, request: InferRequest, run: Callable[[], Awaitable[InferResponse]], model: str, version: int
+        self,
+        request: InferRequest,
+        run: Callable[[], Awaitable[InferResponse]],
+        model: str,
+        version: int,
+        *,
+        on_hit: Callable[[int], None] | None = None,
+        salt: bytes = b"",
     ) -> InferResponse:
+        """The cached answer to ``request``, or ``run()``'s, stored. ``on_hit`` gets a hit's
+        duration in ns (the version counts it a success); ``salt`` joins the key (a pipeline's
+        serving step models)."""
         started = self._clock.now()
-        key = self.token.to_bytes(8, "little") + request_key(request)
+        if input_bytes(request) > self._offload_bytes:
+            digest = await asyncio.to_thread(request_key, request)
+        else:
+            digest = request_key(request)
+        key = self.token.to_bytes(8, "little") + digest + salt
         found = self._cache.get(key)
         lookup_ns = int((self._clock.now() - started) * 1e9)
         if self._on_lookup is not None:
@@ -155,6 +187,8 @@ class VersionCache:
         if found is not None:
             self.counts.hits += 1
             self.counts.hit_ns += lookup_ns
+            if on_hit is not None:
+                on_hit(lookup_ns)
             return InferResponse(model, version, found, id=request.id)
         self.counts.misses += 1
         response = await run()

@@ -119,3 +119,26 @@ def test_a_version_cache_hits_misses_and_forgets_on_close() -> None:
 def test_the_llm_backend_refuses_a_response_cache() -> None:
     with pytest.raises(ValueError, match="samples"):
         ModelConfig.model_validate({"backend": "llm", "response_cache": {"enable": True}})
+
+
+def test_hits_are_reported_and_a_salt_keeps_answers_apart() -> None:
+    """``on_hit`` hears each hit (the version counts it a success); a different salt (a pipeline's
+    serving steps) never shares an answer; inputs over ``offload_bytes`` (hashed in a worker
+    thread) hit and miss as any others."""
+    cache = ResponseCache(1 << 20)
+    runs: list[int] = []
+    hits: list[int] = []
+    offloaded = VersionCache(cache, MonotonicClock(), offload_bytes=0)  # every request's inputs are "large"
+
+    async def run() -> InferResponse:
+        runs.append(1)
+        return InferResponse("m", 1, {"y": np.ones(2, np.float32)})
+
+    async def main() -> None:
+        await offloaded.infer(_request(), run, "m", 1, on_hit=hits.append, salt=b"\x01")
+        await offloaded.infer(_request(), run, "m", 1, on_hit=hits.append, salt=b"\x01")
+        await offloaded.infer(_request(), run, "m", 1, on_hit=hits.append, salt=b"\x02")
+
+    asyncio.run(main())
+    assert len(runs) == 2 and len(hits) == 1 and hits[0] >= 0
+    assert (offloaded.counts.hits, offloaded.counts.misses) == (1, 2)
