@@ -10,6 +10,14 @@ status (a bad input is still 400, a model unavailable still 503).
 Beyond Triton, a step may carry ``when: {input, equals}``: it runs only when that tensor (a pipeline
 input or an earlier output) holds one value equal to ``equals``; a skipped step's outputs are absent
 unless another step provides them, and so are the pipeline outputs that only it would have made.
+
+At load (:func:`check_steps`), as Triton does for an ensemble, every model the steps reach must be in
+the repository, and no chain of pipelines may lead back to one already on it: a pipeline that named
+itself, or two that named each other, would otherwise recurse on every request.
+
+With ``response_cache: {enable: true}`` a pipeline's answers are cached as a whole (a hit runs no
+step), keyed also by which loaded copies of the models it reaches are serving, so reloading a step
+model (new weights) never answers from the old copy's results.
 """
 
 from __future__ import annotations
@@ -17,24 +25,55 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from typing import Protocol
 
 from tensorgate.backends.base import Device
 from tensorgate.clock import Clock
 from tensorgate.config.model_config import ModelConfig, PipelineStep, StepCondition
-from tensorgate.errors import DeadlineExceeded, InvalidInput, TensorgateError, Unavailable
+from tensorgate.errors import (
+    DeadlineExceeded,
+    InternalError,
+    InvalidInput,
+    ModelLoadError,
+    TensorgateError,
+    Unavailable,
+)
 from tensorgate.instances.base import Instance
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.model_version import ModelVersion
 from tensorgate.models.specs import resolve_specs
 from tensorgate.observability.metrics import Metrics
+from tensorgate.repository.source import ModelSource
 from tensorgate.scheduling.scheduler import QueueSettings
 from tensorgate.types import Array, DataType, InferRequest, InferResponse, TensorSpec
 
 log = logging.getLogger(__name__)
 
 PLATFORM = "ensemble"  # Triton's name for it, which its clients show
-StepRunner = Callable[[InferRequest], Awaitable[InferResponse]]
+# The pipelines a request is inside of, outermost first: a guard against a cycle that slipped past
+# the load-time check (two pipelines whose configurations changed at the same moment).
+_CALLERS: ContextVar[tuple[str, ...]] = ContextVar("tensorgate_pipeline_callers", default=())
+
+
+class StepRunner(Protocol):
+    """What a pipeline needs of the server: the service's routing (``InferenceService``)."""
+
+    async def run(self, request: InferRequest) -> InferResponse:
+        """Run one step's request as a client's request to that model would run (routed, queued
+        and batched by the step model's own scheduler). Called on the event loop, once per step."""
+        ...
+
+    def source(self, model: str) -> ModelSource | None:
+        """The repository's model of that name as the server knows it now; None where it has none.
+        Called at load only (:func:`check_steps`)."""
+        ...
+
+    def serving(self, model: str) -> tuple[int, ...]:
+        """The serial numbers of the loaded copies of that model now in service (empty when none):
+        a cached pipeline answer is only good while they are the same. Called per cached request."""
+        ...
 
 
 class _Steps(Instance):
@@ -88,19 +127,66 @@ def condition_holds(condition: StepCondition, tensors: Mapping[str, Array], step
     return bool(value == condition.equals)
 
 
+def check_steps(name: str, config: ModelConfig, runner: StepRunner) -> tuple[str, ...]:
+    """At load: every model the pipeline's steps reach (its steps, the steps of a pipeline among them,
+    and so on) is in the repository, and none of those chains leads back to a pipeline already on it.
+    Raises ModelLoadError saying which step is wrong; returns the models reached, in order.
+
+    The reached pipelines' configurations are read as the server knows them now; ``config`` stands
+    for ``name`` itself (it may be a new configuration, not yet the one the server holds).
+    """
+    reached: list[str] = []
+    done: set[str] = set()
+
+    def visit(path: list[str], steps: Sequence[PipelineStep]) -> None:
+        owner = path[-1]
+        for index, step in enumerate(steps, start=1):
+            where = f"pipeline '{owner}' step {index} names model '{step.model}'"
+            if step.model in path:
+                chain = " -> ".join([*path[path.index(step.model) :], step.model])
+                raise ModelLoadError(
+                    f"{where}, which closes a cycle ({chain}): a pipeline cannot reach itself through "
+                    "its steps, or every request would recurse"
+                )
+            source = runner.source(step.model)
+            if source is None:
+                raise ModelLoadError(f"{where}, which is not in the model repository")
+            if step.model not in reached:
+                reached.append(step.model)
+            if step.model not in done and source.backend == "pipeline" and source.config.steps:
+                visit([*path, step.model], source.config.steps)
+            done.add(step.model)
+
+    assert config.steps is not None  # the config validator requires them for a pipeline
+    visit([name], config.steps)
+    if config.response_cache.enable:
+        for model in reached:
+            source = runner.source(model)
+            if source is not None and source.backend == "llm":
+                raise ModelLoadError(
+                    f"pipeline '{name}' enables response_cache, but it reaches model '{model}' (backend llm), "
+                    "which samples: equal requests may rightly get different answers"
+                )
+    return tuple(reached)
+
+
 class PipelineModelVersion(ModelVersion):
     def __init__(
         self,
         name: str,
         version: int,
         config: ModelConfig,
-        run_step: StepRunner,
+        runner: StepRunner,
         clock: Clock,
         metrics: Metrics,
+        reached: tuple[str, ...] = (),
     ) -> None:
+        """``reached``: the models :func:`check_steps` found the steps reach (their serving copies
+        key the cached answers)."""
         assert config.steps is not None
         self.steps: list[PipelineStep] = list(config.steps)
-        self._run_step = run_step
+        self._runner = runner
+        self._reached = reached
         specs = resolve_specs(name, _declared(config, "inputs"), _declared(config, "outputs"), config)
         super().__init__(
             name,
@@ -126,6 +212,24 @@ class PipelineModelVersion(ModelVersion):
         except InvalidInput:
             self.metrics.outcome("invalid")
             raise
+        cache = self.cache
+        if cache is None:
+            return await self._answer(request)
+        return await cache.infer(
+            request,
+            lambda: self._answer(request),
+            self.name,
+            self.version,
+            on_hit=self.count_cache_hit,
+            salt=self._serving_key(),
+        )
+
+    def _serving_key(self) -> bytes:
+        """Which loaded copies of the reached models serve now, as bytes for the cache key."""
+        serials = [serial for model in self._reached for serial in self._runner.serving(model)]
+        return b"".join(serial.to_bytes(8, "little") for serial in serials)
+
+    async def _answer(self, request: InferRequest) -> InferResponse:
         started = self._pipeline_clock.now()
         try:
             outputs = await self._run(request, started)
@@ -138,6 +242,20 @@ class PipelineModelVersion(ModelVersion):
         return InferResponse(self.name, self.version, answer, id=request.id)
 
     async def _run(self, request: InferRequest, started: float) -> dict[str, Array]:
+        callers = _CALLERS.get()
+        if self.name in callers:
+            chain = " -> ".join([*callers[callers.index(self.name) :], self.name])
+            raise InternalError(
+                f"pipeline '{self.name}' reached itself through its steps ({chain}); "
+                "reload the pipelines involved to have their steps checked"
+            )
+        token = _CALLERS.set((*callers, self.name))
+        try:
+            return await self._run_steps(request, started)
+        finally:
+            _CALLERS.reset(token)
+
+    async def _run_steps(self, request: InferRequest, started: float) -> dict[str, Array]:
         tensors: dict[str, Array] = dict(request.inputs)
         deadline = None if request.timeout_s is None else started + request.timeout_s
         for index, step in enumerate(self.steps, start=1):
@@ -166,7 +284,7 @@ class PipelineModelVersion(ModelVersion):
                 tenant=request.tenant,  # each step queues for the pipeline's caller
             )
             try:
-                response = await self._run_step(inner)
+                response = await self._runner.run(inner)
             except TensorgateError as exc:
                 raise _named(exc, label) from exc
             for produced, name in step.outputs.items():

@@ -18,6 +18,7 @@ from tensorgate.models.router import ModelRouter
 from tensorgate.models.traffic import TrafficState
 from tensorgate.models.triton_config import triton_config
 from tensorgate.models.version_loader import declared_metadata
+from tensorgate.repository.source import ModelSource
 from tensorgate.types import InferRequest, InferResponse, ModelMetadata
 
 SERVER_NAME = "tensorgate"
@@ -29,7 +30,7 @@ class InferenceService:
     def __init__(self, manager: ModelManager, repository: RepositoryControl | None = None) -> None:
         self.manager = manager
         self.router = ModelRouter(manager)
-        manager.run_step = self.infer  # a pipeline's steps are routed as clients' requests are
+        manager.run_step = _PipelineSteps(self)  # a pipeline's steps are routed as clients' requests are
         # The model control mode and the repository API (off unless the server sets explicit mode).
         self.repository = repository if repository is not None else RepositoryControl(manager, "none", None)
         self.draining = False
@@ -201,3 +202,22 @@ class InferenceService:
         """Count a request for a loaded model that failed before ``infer`` (e.g. an undecodable body)."""
         with contextlib.suppress(TensorgateError):  # unknown models create no metric series
             self.router.loaded(name, version).count_failure(error)
+
+
+class _PipelineSteps:
+    """What a pipeline needs of the server (``pipeline.StepRunner``): its steps routed as clients'
+    requests are, and the repository's models as the manager knows them now."""
+
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+
+    async def run(self, request: InferRequest) -> InferResponse:
+        return await self._service.infer(request)
+
+    def source(self, model: str) -> ModelSource | None:
+        entry = self._service.manager.models.get(model)
+        return None if entry is None else entry.source
+
+    def serving(self, model: str) -> tuple[int, ...]:
+        entry = self._service.manager.models.get(model)
+        return () if entry is None else tuple(version.serial for version in entry.versions.values())

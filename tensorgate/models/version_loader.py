@@ -23,7 +23,7 @@ from tensorgate.instances.health import HealthMonitor, finite_outputs
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.generative import load_generative_version
 from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
-from tensorgate.models.pipeline import PipelineModelVersion, StepRunner
+from tensorgate.models.pipeline import PipelineModelVersion, StepRunner, check_steps
 from tensorgate.models.specs import resolve_specs
 from tensorgate.models.warmup import build_sample, warm_up
 from tensorgate.observability.metrics import Metrics
@@ -91,13 +91,19 @@ async def build_version(
 
     ``generation`` counts earlier loads of the same version number in this server, so the instances
     of a reload are named apart from those of the copy that is still draining. ``run_step`` runs a
-    pipeline's steps (the service's routing), for ``backend: pipeline``.
+    pipeline's steps (the service's routing), for ``backend: pipeline``, whose steps are checked
+    against the repository first (:func:`check_steps`).
     """
     try:
         if source.backend == "pipeline":  # no model of its own: the steps are the repository's models
             if run_step is None:
                 raise ModelLoadError("pipelines need the server's routing to reach their steps")
-            return PipelineModelVersion(source.name, vsource.version, source.config, run_step, clock, metrics)
+            # Models that appear in one repository scan are applied side by side, each known to the
+            # manager from the moment its apply starts: one turn of the loop lets those started
+            # beside this one be known before its steps are looked up.
+            await asyncio.sleep(0)
+            reached = check_steps(source.name, source.config, run_step)
+            return PipelineModelVersion(source.name, vsource.version, source.config, run_step, clock, metrics, reached)
         if source.backend in GENERATIVE:  # a continuous-batching engine instead of instances
             return await load_generative_version(source, vsource, status, clock, metrics)
         return await _build_batching(source, vsource, status, clock, metrics, tracer, generation)
