@@ -49,7 +49,11 @@ _KEY = re.compile(r"^/?[A-Za-z0-9_.:-]{1,250}$")
 _PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 OFF_MESSAGE = "system shared memory is off on this server (server.shared_memory: system turns it on)"
-CUDA_MESSAGE = "CUDA shared memory needs a GPU runtime, and this server has none; use system shared memory"
+# Said whatever the host has: the server does not implement CUDA shared memory (docs/shared-memory.md).
+CUDA_MESSAGE = (
+    "CUDA shared memory is not implemented by this server, which is built without a CUDA runtime; "
+    "use system shared memory"
+)
 REMOTE_MESSAGE = "shared memory is only for clients on the server's own host (a loopback connection)"
 
 

@@ -74,7 +74,7 @@ def test_responses_conform_to_the_document(case: Any, server: ServerProcess) -> 
     if response.status_code == 504 and _asks_for_a_deadline(case):
         checks = [c for c in CHECKS if c is not schemathesis.checks.not_a_server_error]
     if response.status_code == 501 and case.path.startswith("/v2/cudasharedmemory/"):
-        # The documented answer of a server without a GPU runtime (NOT_IMPLEMENTED in the table).
+        # The documented answer: CUDA shared memory is not implemented (NOT_IMPLEMENTED in the table).
         checks = [c for c in CHECKS if c is not schemathesis.checks.not_a_server_error]
     case.validate_response(response, checks=checks)
 

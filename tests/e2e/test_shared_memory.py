@@ -1,7 +1,8 @@
 """Triton's system shared-memory extension through tritonclient's own utilities, over HTTP and gRPC:
 register a region, infer with inputs read from it and outputs written to it, status, unregister;
-every bad region, offset and size refused with 400 while the server stays up; a request racing an
-unregister keeps reading the memory it was given."""
+every bad region, offset and size refused with 400 (INVALID_ARGUMENT) while the server stays up; a
+request racing an unregister of its input or output region keeps the memory it was given; an input
+from a region reaches the model as a view of the mapping, not a copy."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.grpc.service_pb2 as pb
+import tritonclient.grpc.service_pb2_grpc as pb_grpc
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from model_builders import write_python_model
@@ -31,6 +34,31 @@ from tensorgate.testing import ServerProcess
 FEATURES = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(1, 16)
 SHM = Path("/dev/shm")
 pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="needs /dev/shm")
+
+# Adds 1, and says which file backs the memory its input array lives in (the mapping that holds the
+# array's first byte, from /proc/self/maps; "" for anonymous memory such as the heap). It runs in a
+# thread instance, in the server's process, and is handed the same array the ONNX backend would
+# pass to onnxruntime's session.run, which takes a contiguous numpy array without copying it.
+WHERE_MODEL = """
+import numpy as np
+
+from tensorgate import PythonModel
+
+
+class Where(PythonModel):
+    def execute(self, inputs):
+        x = inputs["INPUT"]
+        address = x.__array_interface__["data"][0]
+        backing = ""
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split()
+                start, end = (int(bound, 16) for bound in fields[0].split("-"))
+                if start <= address < end:
+                    backing = fields[5] if len(fields) > 5 else ""
+                    break
+        return {"OUTPUT": x + 1.0, "BACKING": np.array([[backing.encode()]] * len(x), dtype=object)}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +78,16 @@ def repo(tmp_path_factory: pytest.TempPathFactory, example_repo: Path, running: 
         "slow",
         width=4,
         parameters={"delay_ms": 400, "running_dir": str(running)},
+        health_check={"enabled": False},
+    )
+    write_python_model(
+        root,
+        "where",
+        code=WHERE_MODEL,
+        outputs=[
+            {"name": "OUTPUT", "datatype": "FP32", "shape": [-1, 4]},
+            {"name": "BACKING", "datatype": "BYTES", "shape": [-1, 1]},
+        ],
         health_check={"enabled": False},
     )
     return root
@@ -252,6 +290,72 @@ def test_bad_tensor_windows_are_refused_with_400(server: ServerProcess, regions:
     assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
 
 
+def _grpc_infer_with(server: ServerProcess, parameters: dict[str, Any]) -> grpc.RpcError:
+    """A ModelInfer whose one input names its shared memory with exactly ``parameters`` (built by
+    hand: tritonclient's InferInput only sends well-formed ones); the error it was refused with."""
+    request = pb.ModelInferRequest(model_name="mlp")
+    tensor = request.inputs.add(name="features", datatype="FP32", shape=[1, 16])
+    for key, value in parameters.items():
+        if isinstance(value, str):
+            tensor.parameters[key].string_param = value
+        else:
+            tensor.parameters[key].int64_param = value
+    with grpc.insecure_channel(server.grpc_address) as channel, pytest.raises(grpc.RpcError) as caught:
+        pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+    return caught.value
+
+
+def test_grpc_bad_tensor_windows_are_invalid_argument(server: ServerProcess, regions: Regions) -> None:
+    key, _ = regions.create(4096)
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        client.register_system_shared_memory("gwin", key, 128, offset=1024)
+        try:
+            region = {"shared_memory_region": "gwin"}
+            bad = {
+                "past the window": {**region, "shared_memory_byte_size": 64, "shared_memory_offset": 65},
+                "larger than the window": {**region, "shared_memory_byte_size": 256},
+                "size unlike the shape": {**region, "shared_memory_byte_size": 60},
+                "negative offset": {**region, "shared_memory_byte_size": 64, "shared_memory_offset": -8},
+                "negative size": {**region, "shared_memory_byte_size": -64},
+                "size not a number": {**region, "shared_memory_byte_size": "64"},
+                "no byte size": dict(region),
+                "unknown region": {"shared_memory_region": "other", "shared_memory_byte_size": 64},
+                "region not a string": {"shared_memory_region": 7, "shared_memory_byte_size": 64},
+            }
+            for what, parameters in bad.items():
+                error = _grpc_infer_with(server, parameters)
+                assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (what, error.details())
+                assert "/dev/shm" not in (error.details() or ""), (what, error.details())
+            request = grpcclient.InferInput("features", [1, 16], "FP32")
+            request.set_shared_memory("gwin", 64, offset=64)
+            assert client.infer("mlp", [request]).as_numpy("probabilities") is not None  # the good window
+        finally:
+            client.unregister_system_shared_memory("gwin")
+    assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
+
+
+def test_an_input_from_shared_memory_reaches_the_model_without_a_copy(server: ServerProcess, regions: Regions) -> None:
+    """A single request's input is a view of the registered mapping when the model gets it: the
+    memory backing the array is the region's object in /dev/shm, where an inline input's is not."""
+    values = np.arange(4, dtype=np.float32).reshape(1, 4)
+    key, handle = regions.create(values.nbytes)
+    shm.set_shared_memory_region(handle, [values])
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        client.register_system_shared_memory("zero-copy", key, values.nbytes)
+        try:
+            from_region = grpcclient.InferInput("INPUT", [1, 4], "FP32")
+            from_region.set_shared_memory("zero-copy", values.nbytes)
+            result = client.infer("where", [from_region])
+            inline = grpcclient.InferInput("INPUT", [1, 4], "FP32")
+            inline.set_data_from_numpy(values)
+            copied = client.infer("where", [inline])
+        finally:
+            client.unregister_system_shared_memory("zero-copy")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT"), values + 1)
+    assert result.as_numpy("BACKING")[0, 0].decode() == f"/dev/shm/{key.strip('/')}"
+    assert "/dev/shm/" not in copied.as_numpy("BACKING")[0, 0].decode()
+
+
 def test_an_output_too_large_for_its_window_is_refused(server: ServerProcess, regions: Regions) -> None:
     key, _ = regions.create(64)
     assert _register(server, "small", key=key, offset=0, byte_size=8).status_code == 200
@@ -312,6 +416,46 @@ def test_unregistering_during_a_request_leaves_its_memory_readable(
     assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
 
 
+def test_unregistering_an_output_region_during_a_request_lets_it_finish(
+    server: ServerProcess, regions: Regions, running: Path
+) -> None:
+    """The output's window was taken when the request was decoded: unregistered while the model runs,
+    the region leaves the namespace at once, and the request still ends cleanly, writing into the
+    same object (still mapped), which the client kept and can read."""
+    values = np.arange(32, dtype=np.float32).reshape(8, 4)
+    out_key, out_handle = regions.create(values.nbytes)
+    with grpcclient.InferenceServerClient(server.grpc_address) as client:
+        client.register_system_shared_memory("late-out", out_key, values.nbytes)
+        try:
+            request = grpcclient.InferInput("INPUT", [8, 4], "FP32")
+            request.set_data_from_numpy(values)
+            output = grpcclient.InferRequestedOutput("OUTPUT")
+            output.set_shared_memory("late-out", values.nbytes)
+            done = threading.Event()
+            outcome: dict[str, Any] = {}
+
+            def answered(result: Any, error: Any) -> None:
+                outcome.update(result=result, error=error)
+                done.set()
+
+            client.async_infer("slow", [request], answered, outputs=[output])
+            _wait_for(lambda: any(running.iterdir()) or done.is_set())
+            assert not done.is_set(), outcome  # the model is running; its output goes to the region
+            client.unregister_system_shared_memory("late-out")
+            assert len(client.get_system_shared_memory_status().regions) == 0
+            assert done.wait(30)
+            assert outcome["error"] is None, outcome
+            answer = outcome["result"].get_output("OUTPUT")
+            assert answer.parameters["shared_memory_region"].string_param == "late-out"
+            written = shm.get_contents_as_numpy(out_handle, np.float32, [8, 4])
+            np.testing.assert_array_equal(written, values + 1)
+            with pytest.raises(InferenceServerException, match="no shared-memory region 'late-out'"):
+                client.infer("slow", [request], outputs=[output])
+        finally:
+            client.unregister_system_shared_memory()
+    assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
+
+
 def _wait_for(condition: Any, timeout_s: float = 30.0) -> None:
     """Poll a condition that the server's progress makes true (a file it writes), up to a deadline."""
     deadline = time.monotonic() + timeout_s
@@ -327,13 +471,30 @@ def test_the_extension_is_listed_when_on(server: ServerProcess, example_server: 
 
 
 def test_cuda_shared_memory_answers_unimplemented(server: ServerProcess) -> None:
-    answer = httpx.post(f"{server.url}/v2/cudasharedmemory/region/g/register", json={"raw_handle": {"b64": ""}})
-    assert answer.status_code == 501 and "GPU" in answer.json()["error"]
+    """Not implemented on any host (the server has no CUDA runtime dependency), and not listed."""
+    assert "cuda_shared_memory" not in httpx.get(f"{server.url}/v2").json()["extensions"]
+    for method, route in [
+        ("POST", "region/g/register"),
+        ("GET", "status"),
+        ("GET", "region/g/status"),
+        ("POST", "region/g/unregister"),
+        ("POST", "unregister"),
+    ]:
+        document = {"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 8} if method == "POST" else None
+        answer = httpx.request(method, f"{server.url}/v2/cudasharedmemory/{route}", json=document)
+        assert answer.status_code == 501, (route, answer.text)
+        assert "CUDA shared memory is not implemented" in answer.json()["error"]
+        assert "use system shared memory" in answer.json()["error"]
     with grpcclient.InferenceServerClient(server.grpc_address) as client:
-        with pytest.raises(InferenceServerException) as caught:
-            client.get_cuda_shared_memory_status()
-        assert caught.value.status() == "StatusCode.UNIMPLEMENTED"
-        assert "GPU" in str(caught.value.message())
+        for call in (
+            client.get_cuda_shared_memory_status,
+            lambda: client.register_cuda_shared_memory("g", b"", 0, 8),
+            client.unregister_cuda_shared_memory,
+        ):
+            with pytest.raises(InferenceServerException) as caught:
+                call()
+            assert caught.value.status() == "StatusCode.UNIMPLEMENTED"
+            assert "CUDA shared memory is not implemented" in str(caught.value.message())
 
 
 def test_grpc_bad_registration_is_invalid_argument(server: ServerProcess) -> None:
