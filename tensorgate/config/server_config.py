@@ -85,6 +85,9 @@ class ServerSection(Strict):
     drain_delay_s: float = Field(default=0.0, ge=0)
     exit_timeout_s: float = Field(default=30.0, ge=0)
     header_timeout_s: float = Field(default=10.0, gt=0)
+    # A request body not all received this long after its request's turn came: 408 and the connection
+    # closed, so a client that declares a length and trickles the bytes cannot hold the connection.
+    body_timeout_s: float = Field(default=60.0, gt=0)
     keep_alive_s: float = Field(default=75.0, gt=0)
     # A gRPC connection with no call open this long gets GOAWAY (clients reconnect); None: never.
     grpc_idle_timeout_s: float | None = Field(default=600.0, gt=0)

@@ -4,6 +4,10 @@ body is read, counted per identity, and the access log naming the caller, never 
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -166,30 +170,69 @@ def test_tokens_from_the_jwks_are_callers_too(server: ServerProcess, signer: Sig
     url = f"{server.url}/v2/models/mlp/infer"
     good = signer.token(scope="infer")
     assert httpx.post(url, json=MLP_BODY, headers=_bearer(good)).status_code == 200
+    now = int(time.time())
     for bad, reason in (
-        (signer.token(scope="infer", exp=int(time.time()) - 3600), "expired"),
+        (signer.token(scope="infer", exp=now - 3600), "expired"),
+        (signer.token(scope="infer", nbf=now + 3600), "not valid yet"),  # past the 30 s leeway
         (signer.token(scope="infer", aud="someone-else"), "another audience"),
+        (signer.token(scope="infer", iss="https://elsewhere.test"), "another issuer"),
         (Signer().token(scope="infer"), "not valid"),
+        (_unsigned(signer), "algorithm is not accepted"),
+        (_hs256_with_the_public_key(signer), "algorithm is not accepted"),
     ):
         answer = httpx.post(url, json=MLP_BODY, headers=_bearer(bad))
-        assert answer.status_code == 401 and reason in answer.json()["error"]
+        assert answer.status_code == 401 and reason in answer.json()["error"], (reason, answer.text)
     assert httpx.post(url, json=MLP_BODY, headers=_bearer(signer.token(scope="metrics"))).status_code == 403
 
 
+def _b64(part: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(part).encode()).rstrip(b"=").decode()
+
+
+def _claims(signer: Signer) -> dict[str, Any]:
+    return {"iss": signer.issuer, "aud": signer.audience, "sub": "x", "exp": int(time.time()) + 300, "scope": "infer"}
+
+
+def _unsigned(signer: Signer) -> str:
+    """``alg: none``: a token with no signature at all."""
+    return f"{_b64({'alg': 'none', 'typ': 'JWT', 'kid': 'rsa-1'})}.{_b64(_claims(signer))}."
+
+
+def _hs256_with_the_public_key(signer: Signer) -> str:
+    """HS/RS confusion: the RSA public key (which anyone may have) used as an HMAC secret."""
+    signed = f"{_b64({'alg': 'HS256', 'typ': 'JWT', 'kid': 'rsa-1'})}.{_b64(_claims(signer))}"
+    mac = hmac.new(signer.public_pem(), signed.encode(), hashlib.sha256).digest()
+    return f"{signed}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
+
+
 def test_an_unauthenticated_64_mib_body_is_refused_before_it_is_read(server: ServerProcess) -> None:
-    """Only the headers are sent: the 401 comes back at once, so the server read nothing more."""
+    """The 401 comes on the headers alone and closes the connection, so the server never takes the
+    body: sending it fails (reset) long before 64 MiB. Kept open, the server would read and discard
+    all 64 MiB; what a send gets through here is the sockets' buffers."""
+    size = 64 * 1024 * 1024
     head = (
         "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {64 * 1024 * 1024}\r\n\r\n"
+        f"Content-Length: {size}\r\n\r\n"
     ).encode()
+    chunk = b"x" * (1 << 20)
+    sent = 0
     with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=10) as sock:
         sock.sendall(head)
         answer = b""
         while b"\r\n\r\n" not in answer:
-            chunk = sock.recv(4096)
-            assert chunk, "the server closed without an answer"
-            answer += chunk
+            data = sock.recv(4096)
+            assert data, "the server closed without an answer"
+            answer += data
+        sock.settimeout(2.0)  # a send that stalls means the server is not reading either
+        try:
+            while sent < size:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except OSError:  # reset by the server, or stalled
+            pass
     assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
+    assert b"connection: close" in answer.lower()
+    assert sent <= 16 * len(chunk), f"the server took {sent >> 20} MiB of a refused body"
 
 
 def test_the_access_log_names_the_caller_and_never_the_key(server: ServerProcess) -> None:
@@ -242,6 +285,79 @@ def test_connections_past_the_cap_are_closed_as_accepted(capped: ServerProcess, 
             pass
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def strict(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Health closed (``public_health: false``) and one request in flight per caller by default."""
+    directory = tmp_path_factory.mktemp("strict")
+    (directory / "api_keys").write_text(
+        key_line(TEAM_KEY, "team-a", "infer", "*") + "\n" + key_line(OPS_KEY, "ops", "metrics") + "\n"
+    )
+    auth = {"api_keys_file": str(directory / "api_keys"), "public_health": False, "max_inflight": 1}
+    config = {"server": {"model_repository": str(example_repo), "auth": auth}}
+    (directory / "config.yaml").write_text(yaml.safe_dump(config))
+    # The readiness probe of ServerProcess has no key: wait here with one.
+    with ServerProcess("--config", str(directory / "config.yaml"), wait_ready=False) as server:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{server.url}/v2/health/ready", headers=_bearer(OPS_KEY)).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.05)
+        yield server
+
+
+def test_public_health_false_closes_health_to_callers_without_credentials(strict: ServerProcess) -> None:
+    for path in ("/v2/health/live", "/v2/health/ready"):
+        refused = httpx.get(f"{strict.url}{path}")
+        assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
+        assert httpx.get(f"{strict.url}{path}", headers=_bearer(OPS_KEY)).status_code == 200  # any caller, any role
+    client = grpcclient.InferenceServerClient(strict.grpc_address)
+    try:
+        with pytest.raises(InferenceServerException) as caught:
+            client.is_server_live()
+        assert str(caught.value.status()) == "StatusCode.UNAUTHENTICATED"
+        assert client.is_server_live(headers=_bearer(OPS_KEY))
+    finally:
+        client.close()
+    with grpc.insecure_channel(strict.grpc_address) as channel:
+        check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check", request_serializer=lambda m: b"", response_deserializer=lambda b: b
+        )
+        with pytest.raises(grpc.RpcError) as refused_call:
+            check(b"", timeout=10)
+        assert refused_call.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert check(b"", metadata=tuple(_bearer(OPS_KEY).items()), timeout=10) is not None
+
+
+def test_max_inflight_refuses_a_second_request_while_one_is_in_flight(strict: ServerProcess) -> None:
+    """The config's default ``max_inflight: 1``: a request holds its place from its headers until its
+    answer. The first one here waits for its body (the server asks for it with 100 Continue once it
+    has admitted it), so the second comes while it is in flight, and is refused with 429."""
+    body = json.dumps(MLP_BODY).encode()
+    url = f"{strict.url}/v2/models/mlp/infer"
+    with socket.create_connection(("127.0.0.1", strict.ports["http"]), timeout=10) as held:
+        held.sendall(
+            b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\n"
+            + f"Authorization: Bearer {TEAM_KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        )
+        assert held.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        refused = httpx.post(url, json=MLP_BODY, headers=_bearer(TEAM_KEY))
+        assert refused.status_code == 429 and "in flight" in refused.json()["error"]
+        assert int(refused.headers["retry-after"]) >= 1
+        held.sendall(body)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = held.recv(65536)
+            assert chunk, "closed without an answer"
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    assert httpx.post(url, json=MLP_BODY, headers=_bearer(TEAM_KEY)).status_code == 200  # its place is free again
 
 
 HTTP_ROUTES = [

@@ -165,18 +165,36 @@ def test_s08_counts_and_sizes_are_bounded_before_allocation(server: ServerProces
     assert httpx.get(f"{server.url}/v2/health/live").status_code == 200
 
 
-def test_s09_a_client_slow_to_send_its_headers_is_cut_off(example_repo: Path, tmp_path: Path) -> None:
+def _until_closed(sock: socket.socket) -> tuple[bytes, float]:
+    """What the server sends until it closes the connection, and how long that took."""
+    started = time.monotonic()
+    answer = b""
+    while chunk := sock.recv(4096):
+        answer += chunk
+    return answer, time.monotonic() - started
+
+
+def test_s09_slow_headers_slow_bodies_and_idle_connections_are_cut_off(example_repo: Path, tmp_path: Path) -> None:
+    limits = {"header_timeout_s": 0.5, "body_timeout_s": 0.5, "keep_alive_s": 0.5}
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"server": {"model_repository": str(example_repo), "header_timeout_s": 0.5}}))
+    config.write_text(yaml.safe_dump({"server": {"model_repository": str(example_repo), **limits}}))
     with ServerProcess("--config", str(config)) as server:
-        with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=10) as sock:
+        address = ("127.0.0.1", server.ports["http"])
+        with socket.create_connection(address, timeout=10) as sock:
             sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the end of the headers
-            started = time.monotonic()
-            answer = b""
-            while chunk := sock.recv(4096):
-                answer += chunk
-            elapsed = time.monotonic() - started
-        assert answer.startswith(b"HTTP/1.1 408") and elapsed < 0.5 + 1.0
+            answer, elapsed = _until_closed(sock)
+        assert answer.startswith(b"HTTP/1.1 408") and b"headers not received" in answer and 0.4 < elapsed < 0.5 + 1.0
+        with socket.create_connection(address, timeout=10) as sock:
+            sock.sendall(
+                b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n{"  # and never the rest of the body
+            )
+            answer, elapsed = _until_closed(sock)
+        assert answer.startswith(b"HTTP/1.1 408") and b"body not received" in answer and 0.4 < elapsed < 0.5 + 1.0
+        with socket.create_connection(address, timeout=10) as sock:
+            sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            answer, elapsed = _until_closed(sock)  # the answer, then the idle connection is closed
+        assert answer.startswith(b"HTTP/1.1 200") and 0.4 < elapsed < 0.5 + 1.0
 
 
 SLOW_MODEL = """
@@ -290,9 +308,9 @@ def test_s15_dependencies_are_pinned_to_compatible_ranges() -> None:
     assert torch and all(tuple(map(int, r.split("==")[1].split(".")[:2])) >= (2, 10) for r in torch)
 
 
-def test_s16_no_cors_and_admin_credentials_only_from_the_authorization_header(
-    tmp_path: Path, example_repo: Path
-) -> None:
+def test_s16_no_cors_and_admin_credentials_only_from_headers(tmp_path: Path, example_repo: Path) -> None:
+    """An admin key counts only in a header (Authorization or X-API-Key), never from a cookie or the
+    URL, and no answer carries CORS headers."""
     key = "an-admin-key-for-the-s16-test"
     (tmp_path / "admin").write_text(key + "\n")
     args = ("--model-repository", str(example_repo), "--model-control", "poll", "--admin-keys-file")
@@ -302,6 +320,7 @@ def test_s16_no_cors_and_admin_credentials_only_from_the_authorization_header(
         assert httpx.post(index, headers=origin, cookies={"authorization": f"Bearer {key}"}).status_code == 401
         assert httpx.post(f"{index}?authorization=Bearer+{key}", headers=origin).status_code == 401
         assert httpx.post(index, headers={**origin, "authorization": f"Bearer {key}"}).status_code == 200
+        assert httpx.post(index, headers={**origin, "x-api-key": key}).status_code == 200
         preflight = httpx.options(index, headers={**origin, "access-control-request-method": "POST"})
         for answer in (preflight, httpx.get(f"{server.url}/v2", headers=origin)):
             assert not any(h.startswith("access-control-") for h in answer.headers)
@@ -340,6 +359,10 @@ def test_s20_every_answer_says_nosniff_and_json(server: ServerProcess) -> None:
     for answer in answers:
         assert answer.headers["x-content-type-options"] == "nosniff", answer.request.url
         assert answer.headers["content-type"] == "application/json"
+    # The two answers that are not JSON: the status page, and the metrics in Prometheus' text format.
+    for answer, kind in ((httpx.get(f"{server.url}/"), "text/html"), (httpx.get(server.metrics_url), "text/plain")):
+        assert answer.status_code == 200 and answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["content-type"].startswith(kind), answer.request.url
     with socket.create_connection(("127.0.0.1", server.ports["http"]), timeout=10) as sock:
         sock.sendall(b"GARBAGE\r\n\r\n")
         raw = sock.recv(4096).lower()

@@ -20,6 +20,7 @@ import openai
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import yaml
 from tls_material import Authority, Issued, serial_of
 
 from tensorgate.testing import ServerProcess
@@ -210,3 +211,130 @@ def test_a_rotated_certificate_is_served_without_a_restart(example_repo: Path, t
             assert kept_open.get(f"{server.url}/v2/health/ready").status_code == 200  # its connection lives on
         assert server.process is not None and server.process.pid == pid and server.process.poll() is None
         assert any("reloaded the TLS certificate" in str(r.get("message")) for r in server.log_records())
+
+
+# -- the connection limits over TLS, and the metrics port over TLS ----------------------------------
+
+LIMIT_S = 0.5  # header_timeout_s and body_timeout_s of the capped server (also its TLS handshake time)
+
+
+@pytest.fixture(scope="module")
+def capped_tls(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+    directory = tmp_path_factory.mktemp("capped-tls")
+    ca = Authority(directory / "ca")
+    cert = ca.issue("server")
+    server_section = {
+        "model_repository": str(example_repo),
+        "tls": {"cert_file": str(cert.cert), "key_file": str(cert.key)},
+        "metrics_tls": True,
+        "header_timeout_s": LIMIT_S,
+        "body_timeout_s": LIMIT_S,
+        "max_connections": 2,
+    }
+    (directory / "config.yaml").write_text(yaml.safe_dump({"server": server_section}))
+    with ServerProcess("--config", str(directory / "config.yaml"), tls_ca=ca.cert) as server:
+        yield server, ca.cert
+
+
+def _tls_socket(port: int, ca: Path, alpn: list[str] | None = None) -> ssl.SSLSocket:
+    context = ssl.create_default_context(cafile=str(ca))
+    if alpn:
+        context.set_alpn_protocols(alpn)
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return context.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    """What the server sends before it closes the connection (a reset or a TLS alert ends it too)."""
+    received = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except (ConnectionResetError, ssl.SSLError):
+            return received
+        if not chunk:
+            return received
+        received += chunk
+
+
+def test_the_header_and_body_timeouts_hold_over_tls(capped_tls: tuple[ServerProcess, Path]) -> None:
+    """A handshake never begun is cut off at the header timeout (not asyncio's 60 s); late headers
+    and a trickled body get 408 and a close, as in plain text (S-09 over TLS)."""
+    server, ca = capped_tls
+    port = server.ports["http"]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
+        started = time.monotonic()
+        assert _until_closed(silent) == b""
+        assert time.monotonic() - started < LIMIT_S + 1.5
+    for request, late in (
+        (b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n", b"request headers"),
+        (b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{", b"request body"),
+    ):
+        with _tls_socket(port, ca) as tls:
+            tls.sendall(request)
+            started = time.monotonic()
+            answer = _until_closed(tls)
+            assert time.monotonic() - started < LIMIT_S + 1.5
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer[:200]
+        assert late + b" not received within 0.5 s" in answer and b"connection: close" in answer
+
+
+def _served(port: int, ca: Path, alpn: list[str] | None = None) -> bool:
+    """Whether a new TLS connection is served (it gets an answer, or the server's HTTP/2 settings)."""
+    try:
+        with _tls_socket(port, ca, alpn) as tls:
+            if alpn is None:
+                tls.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            return _until_closed(tls) != b"" if alpn is None else tls.recv(9) != b""
+    except (ConnectionResetError, ssl.SSLError):
+        return False
+
+
+@pytest.mark.parametrize("port", ["http", "grpc"])
+def test_max_connections_holds_over_tls(capped_tls: tuple[ServerProcess, Path], port: str) -> None:
+    """Two TLS connections held: a third is closed unanswered; once they go, one is served again."""
+    server, ca = capped_tls
+    alpn = ["h2"] if port == "grpc" else None
+    number = server.ports[port]
+    held = [_tls_socket(number, ca, alpn) for _ in range(2)]
+    try:
+        for tls in held:  # each is counted once the server has made it (HTTP answers; gRPC sends its settings)
+            if alpn is None:
+                tls.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                assert tls.recv(4096).startswith(b"HTTP/1.1 200")
+            else:
+                assert tls.recv(9) != b""
+        assert not _served(number, ca, alpn)
+    finally:
+        for tls in held:
+            tls.close()
+    deadline = time.monotonic() + 10
+    while not _served(number, ca, alpn):
+        assert time.monotonic() < deadline, "no connection was served after the held ones closed"
+        time.sleep(0.05)
+
+
+def test_failed_grpc_handshakes_hold_no_connection_place(capped_tls: tuple[ServerProcess, Path]) -> None:
+    """Plain text to the gRPC TLS port fails its handshake; more such failures than max_connections
+    still leave room for a real client (asyncio never reports a failed handshake's connection lost,
+    so counting connections at accept leaked a place each time)."""
+    server, ca = capped_tls
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", server.ports["grpc"]), timeout=10) as plain:
+            plain.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            _until_closed(plain)
+    client = grpcclient.InferenceServerClient(server.grpc_address, ssl=True, root_certificates=str(ca))
+    try:
+        assert client.is_server_live()
+    finally:
+        client.close()
+
+
+def test_the_metrics_port_speaks_https_with_metrics_tls(capped_tls: tuple[ServerProcess, Path]) -> None:
+    server, ca = capped_tls
+    url = f"https://127.0.0.1:{server.ports['metrics']}/metrics"
+    with httpx.Client(verify=ssl.create_default_context(cafile=str(ca)), timeout=10) as client:
+        scraped = client.get(url)
+    assert scraped.status_code == 200 and "tensorgate_" in scraped.text
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url.replace("https://", "http://"), timeout=5)

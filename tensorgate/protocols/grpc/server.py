@@ -34,6 +34,40 @@ class _TurnedAway(asyncio.Protocol):
         transport.abort()  # type: ignore[attr-defined]
 
 
+class _Native(Http2ServerConnection):
+    """Counted among its server's connections from ``connection_made``, not from accept: asyncio calls
+    neither ``connection_made`` nor ``connection_lost`` on a connection whose TLS handshake fails, so
+    one counted at accept would hold its ``max_connections`` place for ever."""
+
+    counted: set[_Connection]
+    cap: int | None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if _counted(self, transport):
+            super().connection_made(transport)
+
+
+class _H2(H2ServerConnection):
+    """The h2 library's connection, counted from ``connection_made`` like :class:`_Native`."""
+
+    counted: set[_Connection]
+    cap: int | None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if _counted(self, transport):
+            super().connection_made(transport)
+
+
+def _counted(conn: _Native | _H2, transport: asyncio.BaseTransport) -> bool:
+    """Count ``conn``, or close it unread when its server's connections are at the cap (checked here
+    too: several connections accepted at once are all made before any is counted)."""
+    if conn.cap is not None and len(conn.counted) >= conn.cap:
+        transport.abort()  # type: ignore[attr-defined]
+        return False
+    conn.counted.add(conn)
+    return True
+
+
 class GrpcServer:
     def __init__(
         self,
@@ -65,16 +99,16 @@ class GrpcServer:
     def _connection(self) -> asyncio.Protocol:
         if self._max_connections is not None and len(self._connections) >= self._max_connections:
             return _TurnedAway()
-        conn: Http2ServerConnection | H2ServerConnection
+        conn: _Native | _H2
 
         def opener(stream: CallStream, headers: Headers) -> Call | None:
             return open_call(stream, headers, conn, self._methods, self._settings, self._calls)
 
         if self._transport == "h2":
-            conn = H2ServerConnection(opener, self._limits, self._connections.discard)
+            conn = _H2(opener, self._limits, self._connections.discard)
         else:
-            conn = Http2ServerConnection(opener, self._limits, self._connections.discard)
-        self._connections.add(conn)
+            conn = _Native(opener, self._limits, self._connections.discard)
+        conn.counted, conn.cap = self._connections, self._max_connections  # counted once its handshake is done
         return conn
 
     async def stop(self, grace_s: float, end_at_once: Callable[[Call], bool] = lambda call: False) -> None:

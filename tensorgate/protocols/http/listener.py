@@ -140,6 +140,11 @@ class _OneWriteCycle(RequestResponseCycle):  # type: ignore[misc]
         if self.disconnected:
             return
         if message["type"] == "http.response.start" and not self.response_started:
+            if self.more_body:
+                # Answered before its body is all in (a refusal: 401, 403, 429, 413): close after the
+                # answer rather than read and discard the rest, so no caller makes us take a body we
+                # refused.
+                self.keep_alive = False
             head = self._sized_head(message) if self.scope["method"] != "HEAD" else None
             if head is not None:
                 self._held = head
@@ -234,12 +239,17 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
       One timer per connection checks this and the keep-alive time, instead of a header timer
       made and cancelled per request (about 3 % of the event loop's samples at 64 clients on a
       small model) and uvicorn's keep-alive timer made and cancelled per response.
+    - A body must be all in within ``body_timeout_s`` of its request's turn (408, and closed): a
+      client that declares a length and trickles the bytes cannot hold a connection either. The
+      same timer checks it.
+    - An answer given before the body is all in (a refusal) closes the connection after it.
     - Responses with a Content-Length leave in one write (:class:`_OneWriteCycle`).
 
     Every refusal answers ``{"error": ...}`` and closes the connection.
     """
 
     header_timeout_s = 10.0
+    body_timeout_s = 60.0
     max_connections: int | None = None  # past this, a new connection is closed as it is accepted
     headers: list[tuple[bytes, bytes]]
     cycle: Any
@@ -251,6 +261,8 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
     _head_started = 0.0  # loop time of the first byte of the request whose headers are awaited
     _requests = 0  # requests begun on this connection
     _idle_since = 0.0  # loop time the last response completed
+    _body_cycle: Any = None  # the request whose app task runs (its body is timed)
+    _body_started = 0.0  # loop time that request's turn came
     _refusal: tuple[int, str] | None = None
     _timer: asyncio.TimerHandle | None = None
     _timer_at = 0.0
@@ -414,6 +426,12 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         cycle.__class__ = _OneWriteCycle  # uvicorn's own (upgrades, limits) get the one-write send too
+        # The body is timed from here: a pipelined request's body is not read before its turn.
+        self._body_cycle = cycle
+        self._body_started = now = self.loop.time()
+        if self._timer_at > now + self.body_timeout_s:  # armed for a later limit
+            self._cancel_timer()
+            self._arm(now + self.body_timeout_s)
         if self.config.reset_contextvars:
             super()._start_asgi_task(cycle, app)
             return
@@ -444,8 +462,9 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
             self._idle_since = self.loop.time()
 
     def _check_time(self) -> None:
-        """The connection's one timer: late headers get 408; a connection that never sent a request,
-        or sat idle past the keep-alive time, is closed; otherwise it re-arms for the next limit."""
+        """The connection's one timer: late headers or a late body get 408; a connection that never
+        sent a request, or sat idle past the keep-alive time, is closed; otherwise it re-arms for the
+        next limit."""
         self._timer = None
         if self.transport.is_closing():
             return
@@ -466,7 +485,14 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
                 self.transport.close()
                 return
         elif busy:
-            due = now + self.header_timeout_s  # a request is being read or answered: nothing to time
+            cycle = self._body_cycle
+            if cycle is not None and cycle.more_body and not cycle.response_started:  # its body is due
+                due = self._body_started + self.body_timeout_s
+                if now >= due:
+                    self._refuse_now(408, f"request body not received within {self.body_timeout_s:g} s")
+                    return
+            else:
+                due = now + self.header_timeout_s  # the request is being answered: nothing to time
         else:
             due = self._idle_since + self.timeout_keep_alive
             if now >= due:
@@ -476,9 +502,38 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
 
 
 class _Uvicorn(uvicorn.Server):  # type: ignore[misc]
+    handshake_timeout_s = 10.0
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start on given sockets (lifespan off), but a TLS handshake gets the header timeout
+        instead of asyncio's 60 s: the protocol, and with it every timer of ours, starts only once the
+        handshake is done, so a client that connects and never finishes one is cut off here."""
+        config = self.config
+        if sockets is None or config.ssl is None:
+            await super().startup(sockets)
+            return
+
+        def create_protocol(_loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[no-any-return]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state, _loop=_loop
+            )
+
+        loop = asyncio.get_running_loop()
+        self.servers = [
+            await loop.create_server(
+                create_protocol,
+                sock=sock,
+                ssl=config.ssl,
+                backlog=config.backlog,
+                ssl_handshake_timeout=self.handshake_timeout_s,
+            )
+            for sock in sockets
+        ]
+        self.started = True
 
 
 class HttpListener:
@@ -491,12 +546,17 @@ class HttpListener:
         keep_alive_s: float = 75.0,
         exit_timeout_s: float = 30.0,
         header_timeout_s: float = 10.0,
+        body_timeout_s: float = 60.0,
         max_connections: int | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.name = name
         self._socket = sock
-        limits = {"header_timeout_s": header_timeout_s, "max_connections": max_connections}
+        limits = {
+            "header_timeout_s": header_timeout_s,
+            "body_timeout_s": body_timeout_s,
+            "max_connections": max_connections,
+        }
         protocol = type("HttpProtocol", (_Protocol,), limits)
         config = uvicorn.Config(
             app,
@@ -518,6 +578,7 @@ class HttpListener:
             ssl_context_factory=None if tls is None else (lambda config, default: tls),
         )
         self._server = _Uvicorn(config)
+        self._server.handshake_timeout_s = header_timeout_s
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -542,7 +603,7 @@ class HttpListener:
 def metrics_app(registry: CollectorRegistry, gate: Gate | None = None, hosts: HostAllowlist | None = None) -> Any:
     """Prometheus' exposition; where authentication is on, for callers with the ``metrics`` role; on
     loopback, for requests addressed to its names (``hosts``)."""
-    app = make_asgi_app(registry=registry)
+    app = _nosniff(make_asgi_app(registry=registry))
     checks_hosts = hosts is not None and hosts.checks
     if (gate is None or not gate.enabled) and not checks_hosts:
         return app
@@ -562,6 +623,20 @@ def metrics_app(registry: CollectorRegistry, gate: Gate | None = None, hosts: Ho
         await app(scope, receive, send)
 
     return guarded
+
+
+def _nosniff(app: Any) -> Any:
+    """Prometheus' answers with ``X-Content-Type-Options: nosniff``, as every answer has (S-20)."""
+
+    async def with_nosniff(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def send_nosniff(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), NOSNIFF]}
+            await send(message)
+
+        await app(scope, receive, send_nosniff)
+
+    return with_nosniff
 
 
 def _latin1(value: bytes | None) -> str | None:

@@ -56,6 +56,7 @@ def _cycle(method: str = "POST", keep_alive: bool = True) -> tuple[_OneWriteCycl
         keep_alive=keep_alive,
         on_response=lambda: None,
     )
+    cycle.more_body = False  # the request's body is all in, as the protocol marks it when it is
     return cycle, transport
 
 
@@ -252,3 +253,112 @@ async def test_a_lost_connection_cancels_the_request_running_on_it_at_once() -> 
         assert cancelled and disconnected
     finally:
         await listener.stop()
+
+
+def _read_to_close(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    received = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return received
+        if not chunk:
+            return received
+        received += chunk
+
+
+async def _read_body_then_answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        more = message.get("more_body", False)
+    await _answer(scope, receive, send)
+
+
+async def test_a_body_not_all_in_within_the_body_timeout_gets_408_and_a_close() -> None:
+    """S-09: a client that declares a length and trickles the body is cut off, like one slow with
+    its headers (the body timeout is shorter than the header timeout here, so its own limit holds)."""
+    timeout = 0.3
+    sock = socket.create_server(("127.0.0.1", 0))
+    listener = HttpListener("http", _read_body_then_answer, sock, header_timeout_s=10.0, body_timeout_s=timeout)
+    await listener.start()
+    try:
+
+        def client() -> tuple[bytes, float]:
+            with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as conn:
+                conn.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+                started = time.monotonic()
+                answer = _read_to_close(conn)
+                return answer, time.monotonic() - started
+
+        answer, waited = await asyncio.to_thread(client)
+    finally:
+        await listener.stop()
+    assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+    assert b"connection: close" in answer and b"request body not received within 0.3 s" in answer
+    assert timeout * 0.9 <= waited < timeout * 3 + 1.0
+
+
+async def test_a_pipelined_body_is_timed_from_its_turn() -> None:
+    """A request pipelined behind a slow one has its body read only when its turn comes (reading
+    pauses meanwhile): the wait before its turn does not count against its body timeout."""
+    timeout = 0.3
+    release = asyncio.Event()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["path"] == "/slow":
+            await release.wait()
+        await _read_body_then_answer(scope, receive, send)
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    listener = HttpListener("http", app, sock, header_timeout_s=timeout, body_timeout_s=timeout)
+    await listener.start()
+    loop = asyncio.get_running_loop()
+    try:
+
+        def client() -> tuple[bytes, bytes]:
+            with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as conn:
+                conn.sendall(
+                    b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"
+                    b"POST /next HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab"
+                )
+                time.sleep(3 * timeout)  # the first request runs all this time
+                loop.call_soon_threadsafe(release.set)
+                first = _read_until(conn, b"ok")
+                conn.sendall(b"cd")  # the pipelined body's turn has come
+                return first, _read_until(conn, b"ok")
+
+        first, second = await asyncio.to_thread(client)
+    finally:
+        await listener.stop()
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(b"ok")
+    assert second.startswith(b"HTTP/1.1 200 OK\r\n") and second.endswith(b"ok"), second
+
+
+async def test_an_answer_before_the_body_is_in_closes_the_connection() -> None:
+    """A refusal given on the headers alone (401, 413, ...) closes the connection after it, so the
+    server never reads and discards the rest of a body it refused."""
+
+    async def refuse(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        headers = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    sock = socket.create_server(("127.0.0.1", 0))
+    listener = HttpListener("http", refuse, sock)
+    await listener.start()
+    try:
+
+        def client() -> bytes:
+            with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as conn:
+                conn.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 67108864\r\n\r\n" + b"x" * 1024)
+                return _read_to_close(conn)
+
+        answer = await asyncio.to_thread(client)
+    finally:
+        await listener.stop()
+    assert answer.startswith(b"HTTP/1.1 401 Unauthorized\r\n") and answer.endswith(b"\r\n\r\n{}")
+    assert b"connection: close" in answer
