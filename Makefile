@@ -1,4 +1,5 @@
-# The front door: `make serve` and `make test` on a fresh machine; CI runs `.ci/run` (check + test).
+# The front door: `make serve` and `make test` on a fresh machine; CI runs `.ci/run` (check, then test
+# on the compiled build and again on the pure-Python one).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -15,10 +16,14 @@ $(BIN)/python:
 # /opt/wheels (where this machine keeps the CPU torch wheel) is searched when it exists.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
+# A build stamp takes the time the build started (touched before, moved into place after): a source
+# edited while it builds is newer than the stamp, so the next make builds again.
 $(STAMP): pyproject.toml setup.py $(BIN)/python
 	rm -f $(VENV)/.compiled $(VENV)/.compiled-pure
+	touch $(NATIVE).started
 	$(BIN)/pip install --quiet $(FIND_LINKS) -e '.[dev,llm]'
-	touch $(STAMP) $(NATIVE)
+	mv $(NATIVE).started $(NATIVE)
+	touch $(STAMP)
 
 # The modules setup.py compiles with mypyc (listed there): an edit to one rebuilds them, so nothing
 # runs or is tested against a compiled copy of an older source. TENSORGATE_PURE_PYTHON=1 builds
@@ -28,8 +33,9 @@ NATIVE := $(VENV)/.compiled$(if $(TENSORGATE_PURE_PYTHON),-pure,)
 
 $(NATIVE): $(COMPILED) | $(STAMP)
 	rm -f $(VENV)/.compiled $(VENV)/.compiled-pure
+	touch $(NATIVE).started
 	$(BIN)/pip install --quiet --no-deps $(FIND_LINKS) -e .
-	touch $(NATIVE)
+	mv $(NATIVE).started $(NATIVE)
 
 install: $(STAMP) $(NATIVE)
 

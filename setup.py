@@ -1,11 +1,11 @@
 """Build: the modules every request passes through are compiled with mypyc.
 
 The server's event loop is bound by the Python it runs per request (HTTP dispatch, decoding,
-scheduling, splitting a batch's outputs, the access log). Compiled, these modules take about a
-sixth less of that time: measured with the MLP at 64 clients, 145 -> 123 us of event-loop CPU per
-request and +15 % requests/s (6 alternating pairs, median). They are already checked with
-``mypy --strict``, which is what mypyc needs. ``TENSORGATE_PURE_PYTHON=1`` builds without it (for
-profiling with py-spy, which cannot see inside compiled functions).
+scheduling, splitting a batch's outputs, the access log), and compiled these modules take less of
+it (``benchmarks/bench_front_end.py`` gives the event loop's CPU per request, on whichever build
+is installed). They are already checked with ``mypy --strict``, which is what mypyc needs.
+``TENSORGATE_PURE_PYTHON=1`` builds without it (for profiling with py-spy, which cannot see inside
+compiled functions).
 
 A module stays interpreted when it subclasses a class from a library (the HTTP listener's uvicorn
 protocol, the gRPC servicer), or when mypyc's native classes would change what it does (the
@@ -114,8 +114,9 @@ def ext_modules() -> list[object]:
         "--follow-imports=silent",  # what the compiled modules import is read for its types, not checked
         "--cache-dir=build/mypyc-cache",
     ]
-    modules = mypycify([*options, *COMPILED], opt_level="3", group_name=GROUP)
+    # Read before mypyc reads them: a source edited while the build runs then shows as stale.
     digests = {path: source_digest(HERE / path) for path in COMPILED}
+    modules = mypycify([*options, *COMPILED], opt_level="3", group_name=GROUP)
     MANIFEST.write_text(json.dumps({"compiled": digests, "pure": False}, indent=1) + "\n")
     return modules
 
