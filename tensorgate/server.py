@@ -251,6 +251,8 @@ class Server:
         log.info("listening", extra={"ports": self.ports, "host": section.host})
         await self._load_models()
         self.service.started = True
+        if self._grpc is not None:
+            await self._grpc.follow_readiness()  # its port opens as the server turns ready, not a refresh later
         _tune_gc()
         log.info("server ready" if self.service.ready() else "server started; some models are not ready")
 
@@ -338,6 +340,7 @@ class Server:
             max_connections=section.max_connections,
             gate=self.gate,
             transport=section.grpc_transport,
+            refuse_when_unready=section.grpc_refuse_when_unready,
         )
         await self._grpc.start()
         self.ports["grpc"] = self._grpc.port
@@ -356,6 +359,8 @@ class Server:
                 self.config.server.drain_delay_s,
             )
         self.service.draining = True
+        if self._grpc is not None:
+            self._grpc.readiness_changed()  # no longer ready: refuse gRPC connections now, where asked to
         self._stop.set()
 
     async def serve(self) -> None:

@@ -38,6 +38,7 @@ _FLAG_KEYS = {
     "shared_memory": "shared_memory",
     "memory_budget_bytes": "memory_budget_bytes",
     "default_residency": "default_residency",
+    "grpc_refuse_when_unready": "grpc_refuse_when_unready",
 }
 # Flags that set a key of a section inside ``server``: (flag, section, key).
 _SECTION_FLAGS = (
@@ -81,6 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--trace-sample-ratio", type=float, help="share of new traces sampled, 0..1 (default 1)")
     parser.add_argument("--replica-id", help="this replica's name in log lines and in tensorgate_server_info")
+    parser.add_argument(
+        "--grpc-refuse-when-unready",
+        action="store_true",
+        default=None,
+        help="while not ready (loading, a model with no healthy instance, draining), refuse gRPC connections, "
+        "so nginx tries another replica (docs/nginx.md)",
+    )
     parser.add_argument(
         "--model-control",
         choices=["none", "poll", "explicit"],

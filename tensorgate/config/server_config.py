@@ -95,6 +95,10 @@ class ServerSection(Strict):
     # grpcio: grpcio's own server (grpc.aio), which takes no auth, tls, max_connections or admin keys. The other
     # two are kept to measure them side by side (benchmarks/bench_grpc_transport.py).
     grpc_transport: Literal["native", "h2", "grpcio"] = "native"
+    # While the server is not ready (loading, a model with no healthy instance, draining), the gRPC
+    # port takes no connection: nginx, which cannot send a gRPC call twice once it has sent it, then
+    # tries another replica instead of passing this one's UNAVAILABLE on (docs/nginx.md).
+    grpc_refuse_when_unready: bool = False
     # Port 0 asks the OS for a free port; the chosen ports are written here when given, so a
     # supervisor (or a test) can find them.
     ports_file: Path | None = None
@@ -144,6 +148,7 @@ class ServerSection(Strict):
             # grpc.aio runs none of our gate: admin keys would go unchecked on the repository API.
             gated = ("auth", "tls", "max_connections", "admin_keys_file")
             refused = [key for key in gated if getattr(self, key) is not None]
+            refused += ["grpc_refuse_when_unready"] if self.grpc_refuse_when_unready else []
             if refused:
                 raise ValueError(f"grpc_transport grpcio cannot serve with {' or '.join(refused)}: use native")
         return self

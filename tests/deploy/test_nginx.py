@@ -15,6 +15,9 @@ joins to the replica that served it.
 - L-3: a replica whose only instance goes bad (it hangs) leaves nginx's rotation: its stuck batch
   is failed at the model's batch timeout and answered 503 (nginx sends it elsewhere), the health
   checks take the instance out, the replica turns not ready; zero non-2xx at the clients over HTTP.
+  Over gRPC the replica refuses connections once not ready (``--grpc-refuse-when-unready``, as the
+  docs run replicas behind nginx), so nginx sends later calls elsewhere; the calls it already held
+  (its stuck batch and its queue) fail UNAVAILABLE, as kill -9's do, and no other call does.
 - Control: the same kill without ``non_idempotent`` (the one change): the requests in flight on
   the killed replica come back 502, which is why the shipped file has it.
 """
@@ -331,6 +334,7 @@ def start_fleet(
             f"r{i}",
             "--drain-delay",
             str(DRAIN_S),
+            "--grpc-refuse-when-unready",
             "--log-level",
             "warning",
             ready_timeout_s=START_TIMEOUT_S,
@@ -678,38 +682,7 @@ def test_sigterm_one_replica_under_load(fleet: Fleet, protocol: str) -> None:
     summary = run.summary(fleet)
     print(f"L-2 {protocol}: {summary}")
     assert sum(c.ok for c in run.calls) >= 100, summary
-    if protocol == "grpc" and run.failures() and closing_race(run, fleet):
-        pytest.xfail(f"the replica's gRPC port closed on calls nginx had just sent (server fix pending): {summary}")
     assert run.failures() == [], summary
-
-
-# What nginx logs when a replica closes a connection that carries a call it never answered.
-_CLOSED_ON_A_CALL = ("Connection reset by peer", "upstream sent goaway", "upstream prematurely closed connection")
-
-
-def closing_race(run: FaultRun, fleet: Fleet) -> bool:
-    """Whether every lost call is one that nginx sent to the victim as its gRPC port closed at the
-    end of the drain, and the replica closed the connection without answering it (a reset, a close,
-    or a GOAWAY below the call's stream): nginx cannot send a gRPC call twice, and the replica
-    dropped it. Measured: 2 drains in 52 (under CPU contention). Anything else lost in a drain is a
-    plain failure."""
-    victim = fleet.replicas[run.victim].grpc_address
-    entries = {e.rid: e for e in run.entries}
-    closing = run.fault_at + DRAIN_S
-    nginx_saw = [
-        line
-        for line in fleet.nginx.error_log().splitlines()
-        if victim in line and any(sign in line for sign in _CLOSED_ON_A_CALL)
-    ]
-    return len(nginx_saw) >= len(run.failures()) and all(
-        c.outcome == "UNAVAILABLE"
-        and "502" in c.detail
-        and c.rid in entries
-        and entries[c.rid].tried == (victim,)
-        and closing - 0.5 <= c.started
-        and c.ended <= run.dead_at
-        for c in run.failures()
-    )
 
 
 def test_control_without_non_idempotent_loses_the_requests_in_flight(control_fleet: Fleet) -> None:
@@ -760,4 +733,36 @@ def test_a_replica_whose_only_instance_goes_bad_leaves_rotation(faulty_fleet: tu
     address = victim.http_address
     # What the victim could not serve it answered 503, and nginx sent on to another replica.
     assert any(e.tried[0] == address and len(e.tried) > 1 and e.status == 200 for e in entries)
+    assert any(e.served_by == address for e in entries[-100:] if e.status == 200)  # and it serves again
+
+
+def test_a_replica_whose_only_instance_goes_bad_leaves_rotation_over_grpc(faulty_fleet: tuple[Fleet, Path]) -> None:
+    """L-3 over gRPC: once not ready the replica refuses connections, so nginx sends every later call
+    to the other replicas; once healed and ready it takes connections, and calls, again."""
+    fleet, marker = faulty_fleet
+    victim = fleet.replicas[1]
+    with Load("grpc", fleet.nginx.grpc_address) as load:
+        wait_until(lambda: load.ok_count() >= 50 and len(fleet.served_by(fleet.nginx.entries())) == REPLICAS, 30.0)
+        broke_at = time.monotonic()
+        marker.touch()
+        wait_until(lambda: httpx.get(f"{victim.url}/v2/health/ready").status_code != 200, 30.0)
+        unready_seen = time.monotonic()
+        broke = len(load.snapshot())
+        wait_until(lambda: len(load.snapshot()) >= broke + 300, 30.0)  # served by the two others meanwhile
+        marker.unlink()
+        wait_until(lambda: httpx.get(f"{victim.url}/v2/health/ready").status_code == 200, 30.0)
+        healed = time.monotonic()
+        wait_until(lambda: time.monotonic() > healed + fail_timeout_s() + 1.0, 30.0)
+    calls, entries = load.snapshot(), fleet.nginx.entries()
+    by_rid = {e.rid: e for e in entries}
+    failures = [c for c in calls if not c.ok]
+    summary = f"{len(calls)} calls; lost: " + ", ".join(f"{c.rid} {c.outcome} {c.detail}" for c in failures[:8])
+    print(f"L-3 grpc: {summary}")
+    address = victim.grpc_address
+    # Lost: only calls the victim held as its instance went bad, each sent there before it turned not
+    # ready (at most one per client), answered UNAVAILABLE; nginx could not send them again.
+    assert {c.outcome for c in failures} <= {"UNAVAILABLE"}, summary
+    assert all(c.rid in by_rid and by_rid[c.rid].tried == (address,) for c in failures), summary
+    assert all(broke_at <= c.ended and c.started <= unready_seen for c in failures), summary
+    assert len(failures) <= CLIENTS, summary
     assert any(e.served_by == address for e in entries[-100:] if e.status == 200)  # and it serves again

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import grpc
 import pytest
 from hpack import Decoder, Encoder
-from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame, PingFrame, RstStreamFrame
+from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame, PingFrame, RstStreamFrame, SettingsFrame
 
 from tensorgate.errors import DEADLINE_CANCEL
 from tensorgate.protocols.grpc.call import CLIENT_DEADLINE_SLACK_S, CallSettings
@@ -528,3 +529,54 @@ async def test_the_clients_goaway_lets_its_open_call_finish_then_closes() -> Non
         assert _status(frames) == "0"
         assert {frame.stream_id for frame in frames if isinstance(frame, HeadersFrame)} == {1}
         client.writer.close()
+
+
+# -- shutdown and pauses: nothing a client has sent is dropped -----------------------------------
+
+
+async def test_a_call_sent_across_the_first_goaway_is_served(transport: Transport) -> None:
+    service = EchoService()
+    server = GrpcServer(_table(service), CallSettings(MAX_MESSAGE, MAX_MESSAGE), Http2Limits(), transport=transport)
+    port = await server.start("127.0.0.1", 0)
+    client = await RawClient.connect(port, f.PREFACE + f.settings({}))
+    await client.frames_until(SettingsFrame)  # the connection is up
+    stopping = asyncio.create_task(server.stop(5.0))
+    first = (await client.frames_until(GoAwayFrame))[-1]
+    assert first.last_stream_id == f.MAX_STREAM_ID  # no new streams, but what is on its way is taken
+    client.headers(1)  # a call that crossed the GOAWAY, as a proxy's would
+    client.message(1, b"crossed")
+    frames = await client.frames_until(GoAwayFrame)
+    assert _status(frames) == "0"
+    assert frames[-1].last_stream_id == 1  # the final GOAWAY names the call it took
+    await stopping
+    client.writer.close()
+
+
+async def test_a_paused_server_serves_the_connections_queued_and_refuses_new_ones(transport: Transport) -> None:
+    service = EchoService()
+    server = GrpcServer(_table(service), CallSettings(MAX_MESSAGE, MAX_MESSAGE), Http2Limits(), transport=transport)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        # Connected by the kernel, not yet accepted by the loop (nothing awaited in between): the
+        # pause must take it, as its client may already have sent a call.
+        queued = socket.create_connection(("127.0.0.1", port))
+        server.pause()
+        assert not server.accepting
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port)).close()
+        queued.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=queued)
+        writer.write(f.PREFACE + f.settings({}))
+        client = RawClient(reader, writer)
+        client.headers(1)
+        client.message(1, b"queued")
+        assert _status(await _until_trailers(client)) == "0"
+        writer.close()
+        await server.resume()  # the same port again
+        client = await RawClient.connect(port, f.PREFACE + f.settings({}))
+        client.headers(1)
+        client.message(1, b"again")
+        assert _status(await _until_trailers(client)) == "0"
+        client.writer.close()
+    finally:
+        await server.stop(1.0)

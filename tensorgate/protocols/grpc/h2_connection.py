@@ -387,6 +387,15 @@ class H2ServerConnection(asyncio.Protocol):
         if data and self._transport is not None and not self.closed:
             self._transport.write(data)
 
+    def warn_goaway(self) -> None:
+        """The first GOAWAY of a graceful shutdown, as the native transport's: no new streams, but
+        those on their way are still taken (written beside h2's state machine, like ``goaway``)."""
+        if not self.goaway_sent and not self.closed and self._transport is not None:
+            self._send()
+            self._transport.write(
+                GoAwayFrame(0, last_stream_id=(1 << 31) - 1, error_code=ErrorCode.NO_ERROR).serialize()
+            )
+
     def goaway(self) -> None:
         """No new streams (graceful shutdown); the connection closes when the open ones end."""
         if not self.goaway_sent and not self.closed:

@@ -1,9 +1,13 @@
-"""The gRPC listener: the inference service, health checking and reflection, over HTTP/2 read on the
-event loop (:mod:`tensorgate.protocols.grpc.http2`; its module comment says why not grpcio's server).
+"""The gRPC listener: the inference service, health checking and reflection, over the HTTP/2 transport
+``server.grpc_transport`` picks: tensorgate's own (:mod:`tensorgate.protocols.grpc.http2`, the default;
+its connection module says why not grpcio's server) or the ``h2`` library's, both read on the event
+loop, or grpcio's server (``grpc.aio``), which reads on threads of its own.
 
 Started by the :class:`~tensorgate.server.Server` after the HTTP listeners and stopped right after
-them. ``stop`` sends GOAWAY at once (no new calls) and lets calls in flight finish within the grace
-period, which is the server's exit timeout; health ``Watch`` streams are told NOT_SERVING and end.
+them. ``stop`` sends GOAWAY (no new calls; see ``GrpcServer.stop``) and lets calls in flight finish
+within the grace period, which is the server's exit timeout; health ``Watch`` streams are told
+NOT_SERVING and end. With ``refuse_when_unready`` the port takes no connection while the server is
+not ready, for a balancer that cannot send a gRPC call twice (nginx).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from dataclasses import replace
 from typing import Any, Literal
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -72,8 +77,14 @@ class GrpcListener:
         max_connections: int | None = None,
         gate: Gate | None = None,
         transport: Literal["native", "h2", "grpcio"] = "native",
+        refuse_when_unready: bool = False,
     ) -> None:
         self.name = "grpc"
+        self._service = service
+        # Refusing connections needs our own accept (the configuration refuses it with grpcio).
+        self._refuse_when_unready = refuse_when_unready and transport != "grpcio"
+        if self._refuse_when_unready:
+            settings = replace(settings, on_unavailable=self.readiness_changed)
         self._host, self._requested_port = host, port
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._health = ReadinessHealth(service)
@@ -107,13 +118,36 @@ class GrpcListener:
             self._port = await self._server.start(self._host, self._requested_port)
         except OSError as exc:
             raise OSError(f"gRPC cannot bind {self._address}: {exc.strerror or exc}") from exc
+        self.readiness_changed()  # not ready yet while the models load: refused until they are
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_health())
+
+    def readiness_changed(self) -> None:
+        """The server may have turned not ready (a call found a model unavailable, a stop began):
+        with ``refuse_when_unready``, stop taking connections now rather than at the next look.
+        Taking them again is the refresher's, which looks every ``HEALTH_REFRESH_S``."""
+        server = self._server
+        if not self._refuse_when_unready or not isinstance(server, GrpcServer):
+            return
+        if server.accepting and not self._service.ready():
+            server.pause()
+            log.warning("gRPC port %d refuses connections: the server is not ready", self._port)
+
+    async def follow_readiness(self) -> None:
+        """Refuse connections while the server is not ready and take them again once it is (with
+        ``refuse_when_unready``); the server calls it as it turns ready after loading its models."""
+        self.readiness_changed()
+        server = self._server
+        if isinstance(server, GrpcServer) and not server.accepting and self._service.ready():
+            await server.resume()
+            log.info("gRPC port %d takes connections again: the server is ready", self._port)
 
     async def _refresh_health(self) -> None:
         while True:
             try:
                 await self._health.refresh()
-            except Exception:  # the boundary: a failed refresh must not end health reporting
+                if self._refuse_when_unready:
+                    await self.follow_readiness()
+            except Exception:  # the boundary: a failed refresh (or listen) must not end health reporting
                 log.exception("refreshing gRPC health statuses failed")
             await asyncio.sleep(HEALTH_REFRESH_S)
 

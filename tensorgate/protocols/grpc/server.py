@@ -7,6 +7,9 @@ with tensorgate's services, tests with their own.
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import socket
 import ssl
 from collections.abc import Callable
 from typing import Literal, Protocol
@@ -21,7 +24,18 @@ from tensorgate.protocols.grpc.methods import MethodTable
 Transport = Literal["native", "h2"]
 
 
+log = logging.getLogger(__name__)
+
+# How long the first GOAWAY of a shutdown leaves for calls already on their way to arrive: a round
+# trip on any network a replica sits on, with room for a busy event loop.
+GOAWAY_WARNING_S = 0.1
+# A TLS handshake not done by then is given up (asyncio's own default is 60 s).
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
 class _Connection(Protocol):
+    def warn_goaway(self) -> None: ...
+
     def goaway(self) -> None: ...
 
     def close(self) -> None: ...
@@ -58,6 +72,12 @@ class _H2(H2ServerConnection):
             super().connection_made(transport)
 
 
+def _taken(task: asyncio.Task[object]) -> None:
+    """A connection taken at a pause that never became one (its TLS handshake failed): logged."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("a connection taken at a pause failed: %s", task.exception())
+
+
 def _counted(conn: _Native | _H2, transport: asyncio.BaseTransport) -> bool:
     """Count ``conn``, or close it unread when its server's connections are at the cap (checked here
     too: several connections accepted at once are all made before any is counted)."""
@@ -86,15 +106,72 @@ class GrpcServer:
         self._tls = tls
         self._max_connections = max_connections
         self._server: asyncio.Server | None = None
+        self._host: str | None = None
+        self._port = 0
+        self._queued: set[asyncio.Task[object]] = set()  # connections taken from the kernel's queue at a pause
         self._connections: set[_Connection] = set()
         self._calls: set[Call] = set()
 
     async def start(self, host: str | None, port: int) -> int:
         """Listen; returns the bound port. Raises OSError when the address is taken or unavailable."""
-        self._server = await asyncio.get_running_loop().create_server(
-            self._connection, host or None, port, reuse_address=True, ssl=self._tls
+        self._host = host or None
+        self._server = await self._listen(port)
+        self._port = int(self._server.sockets[0].getsockname()[1])
+        return self._port
+
+    async def _listen(self, port: int) -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+        if self._tls is None:
+            return await loop.create_server(self._connection, self._host, port, reuse_address=True)
+        return await loop.create_server(
+            self._connection,
+            self._host,
+            port,
+            reuse_address=True,
+            ssl=self._tls,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
         )
-        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def accepting(self) -> bool:
+        return self._server is not None
+
+    def pause(self) -> None:
+        """Take no more connections: a client's connect is refused, so a balancer that cannot send a
+        gRPC call twice (nginx) tries another replica. Connections open now, and those the kernel has
+        queued but the loop not yet taken (their client may have sent a call), are served on."""
+        if self._server is None:
+            return
+        self._take_queued(self._server)
+        self._server.close()
+        self._server = None
+
+    async def resume(self) -> None:
+        """Listen again, on the same port."""
+        if self._server is None:
+            self._server = await self._listen(self._port)
+
+    def _take_queued(self, server: asyncio.Server) -> None:
+        loop = asyncio.get_running_loop()
+        for listening in server.sockets:
+            with socket.socket(fileno=os.dup(listening.fileno())) as sock:
+                sock.setblocking(False)
+                while True:
+                    try:
+                        conn, _ = sock.accept()
+                    except OSError:  # BlockingIOError: the queue is empty
+                        break
+                    conn.setblocking(False)
+                    if self._tls is None:
+                        made = loop.connect_accepted_socket(self._connection, conn)
+                    else:
+                        made = loop.connect_accepted_socket(
+                            self._connection, conn, ssl=self._tls, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S
+                        )
+                    task: asyncio.Task[object] = loop.create_task(made)
+                    self._queued.add(task)
+                    task.add_done_callback(self._queued.discard)
+                    task.add_done_callback(_taken)
 
     def _connection(self) -> asyncio.Protocol:
         if self._max_connections is not None and len(self._connections) >= self._max_connections:
@@ -113,9 +190,17 @@ class GrpcServer:
 
     async def stop(self, grace_s: float, end_at_once: Callable[[Call], bool] = lambda call: False) -> None:
         """No new connections or calls (GOAWAY); calls in flight get ``grace_s`` to finish, then end
-        UNAVAILABLE. Calls that ``end_at_once`` picks (streams that never end alone) end right away."""
-        if self._server is not None:
-            self._server.close()
+        UNAVAILABLE. Calls that ``end_at_once`` picks (streams that never end alone) end right away.
+
+        GOAWAY goes twice (RFC 9113 §6.8): first with the largest stream id, then, a round trip
+        later, with the last stream taken, so a call that crossed the first is still served."""
+        self.pause()
+        if self._queued:
+            await asyncio.wait(self._queued, timeout=GOAWAY_WARNING_S)
+        if self._connections:
+            for conn in list(self._connections):
+                conn.warn_goaway()
+            await asyncio.sleep(GOAWAY_WARNING_S)
         for conn in list(self._connections):
             conn.goaway()
         for call in list(self._calls):

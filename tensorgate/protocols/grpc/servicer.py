@@ -25,6 +25,7 @@ from tensorgate.errors import (
     NotFound,
     NotImplementedFeature,
     TensorgateError,
+    Unavailable,
 )
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.access_log import AccessLog
@@ -66,6 +67,9 @@ class GrpcSettings:
     gate: Gate | None = None  # the transport authenticated the call; a model-limited caller is checked here
     shared_memory: SharedMemoryRegions | None = None  # shared with HTTP: a region registered on one serves both
     tenancy: Tenancy = field(default_factory=Tenancy.off)  # who each call is queued for (fair sharing)
+    # Told of each call refused as unavailable (a model not ready, the server draining, a full queue):
+    # a listener that refuses connections while the server is not ready looks again at once.
+    on_unavailable: Callable[[], None] | None = None
 
 
 def _metadata(context: Any) -> dict[str, str]:
@@ -129,6 +133,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             return await call()
         except TensorgateError as exc:
             error = exc
+            if isinstance(exc, Unavailable) and self._settings.on_unavailable is not None:
+                self._settings.on_unavailable()
         except Exception:
             log.exception("unhandled error in a gRPC call")
             error = InternalError("internal server error")

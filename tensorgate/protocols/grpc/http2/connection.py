@@ -546,6 +546,13 @@ class Http2ServerConnection(asyncio.Protocol):
 
     # -- ending -------------------------------------------------------------------------------
 
+    def warn_goaway(self) -> None:
+        """The first GOAWAY of a graceful shutdown (RFC 9113 §6.8): the client opens no more streams,
+        but any already on their way are still taken (its last stream id is the largest there is).
+        A proxy that cannot send a call twice (nginx's gRPC) loses none that crossed the shutdown."""
+        if not self.goaway_sent and not self.closed:
+            self.write(f.goaway(f.MAX_STREAM_ID, ErrorCode.NO_ERROR))
+
     def goaway(self) -> None:
         """No new streams (graceful shutdown); the connection closes when the open ones end."""
         if not self.goaway_sent and not self.closed:

@@ -32,6 +32,7 @@ DEFAULT_WINDOW = 65_535
 DEFAULT_FRAME_SIZE = 16_384
 MAX_FRAME_SIZE_LIMIT = (1 << 24) - 1
 MAX_WINDOW = (1 << 31) - 1
+MAX_STREAM_ID = (1 << 31) - 1
 
 _HEADER = struct.Struct(">BHBBI")
 _U32 = struct.Struct(">I")
