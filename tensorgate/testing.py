@@ -6,6 +6,7 @@ model repositories the same way.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -18,8 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-
-import httpx
 
 
 class ServerProcess:
@@ -103,18 +102,31 @@ class ServerProcess:
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
-        verify: Any = True if self.tls_ca is None else ssl.create_default_context(cafile=str(self.tls_ca))
-        with httpx.Client(timeout=2.0, verify=verify) as client:
-            while True:
-                self._check_alive()
-                try:
-                    if client.get(self.url + "/v2/health/ready").status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"server not ready within {timeout_s:.0f} s; log:\n{self.log()}")
-                time.sleep(0.02)
+        context = None if self.tls_ca is None else ssl.create_default_context(cafile=str(self.tls_ca))
+        while True:
+            self._check_alive()
+            if self._ready(context):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server not ready within {timeout_s:.0f} s; log:\n{self.log()}")
+            time.sleep(0.02)
+
+    def _ready(self, context: ssl.SSLContext | None) -> bool:
+        """One ``GET /v2/health/ready``, with the standard library so this helper needs no HTTP client
+        installed (httpx is the bench extra's); False while the server cannot answer yet."""
+        port = self.ports["http"]
+        connection = (
+            http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
+            if context is None
+            else http.client.HTTPSConnection("127.0.0.1", port, timeout=2.0, context=context)
+        )
+        try:
+            connection.request("GET", "/v2/health/ready")
+            return connection.getresponse().status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            connection.close()
 
     def wait_loaded(self, timeout_s: float = 60.0) -> None:
         """Wait until model loading has finished, ready or not (a repository with failing models

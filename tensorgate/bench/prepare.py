@@ -10,8 +10,6 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx
-
 from tensorgate.bench.inputs import RequestTensors, TensorMeta, parse_metadata, synthesize, tensors_from_v2
 from tensorgate.bench.targets.base import Endpoint, is_grpc
 from tensorgate.bench.targets.grpc_v2 import fetch_metadata
@@ -26,6 +24,8 @@ def http_metadata(endpoint: Endpoint, model: str, version: str | None, timeout_s
     scheme = "https" if endpoint.tls else "http"
     url = f"{scheme}://{endpoint.authority}{model_path(endpoint, 'v2', model, version)}"
     verify = endpoint.ssl_context("http/1.1") or True
+    import httpx  # the bench extra's, imported here so that the ``tensorgate`` command does not need it
+
     try:
         response = httpx.get(url, timeout=timeout_s, headers=dict(endpoint.request_headers), verify=verify)
     except httpx.HTTPError as exc:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -32,6 +31,8 @@ def parse_samples(text: str) -> Samples:
 
 def scrape(url: str, timeout_s: float = 5.0) -> Samples | None:
     """The metrics at ``url``; None when they cannot be fetched or read (reported, not fatal)."""
+    import httpx  # the bench extra's, imported here so that the ``tensorgate`` command does not need it
+
     try:
         response = httpx.get(url, timeout=timeout_s)
         response.raise_for_status()

@@ -7,6 +7,7 @@ set up or no request succeeded, 2 for bad arguments (argparse).
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import sys
@@ -153,11 +154,22 @@ def _write(args: argparse.Namespace, reports: list[RunReport], last: RunResult) 
             plot_cdf(last.latencies, reports[0].label, args.plot)
 
 
+def _installed(package: str) -> bool:
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     args.model = args.model_flag or args.model
     if not args.model:
         print("tensorgate bench: give a model name (positional or -m)", file=sys.stderr)
         return 2
+    if not _installed("httpx"):  # the metadata and metrics fetches; an install without the bench extra
+        print("tensorgate bench: needs httpx: pip install 'tensorgate[bench]'", file=sys.stderr)
+        return 1
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:  # before any load is sent
         print("tensorgate bench: --plot needs matplotlib: pip install 'tensorgate[bench]'", file=sys.stderr)
         return 2
