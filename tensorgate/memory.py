@@ -6,9 +6,10 @@ glibc's malloc serves every allocation over its mmap threshold (128 KiB to start
 ``mmap`` and returns it with ``munmap`` when freed, so each page of it is faulted in and zeroed
 again on the next request. A request carrying a 600 KB tensor allocates several such buffers
 (socket reads, gRPC's message assembly, protobuf fields, the batch), and the threshold's own
-adaptation did not catch them. Measured with a model that costs nothing (10 clients, 600 KB FP32
-tensors): gRPC went from 113-128 page faults and 1.23-1.25 ms of server CPU per request to 3 faults
-and 0.82 ms; HTTP binary from 10 faults and 0.57-0.64 ms to none and 0.44 ms.
+adaptation does not catch them: each request pays page faults and zeroing for every one of them
+(``tests/test_memory.py`` checks that, tuned, a freed buffer is reused instead).
+``benchmarks/bench_protocols.py`` measures the server's CPU per ResNet-sized request (its section
+"What a ResNet-sized request costs outside the model").
 
 The cost is memory held: freed buffers under the threshold stay in the process for reuse (up to
 ``TRIM_THRESHOLD_BYTES`` free at the top of the heap before it is given back). Larger buffers
@@ -102,8 +103,6 @@ def allocated_bytes() -> int | None:
     Why beside :func:`resident_bytes`: with the trim threshold raised (:func:`tune_malloc`), memory
     a model frees when it unloads stays resident for reuse, so the next model loaded into it grows
     the resident size by little or nothing. What malloc has handed out grows by what it allocated.
-    Measured: an 8 MiB array allocated after tuning and after an 8 MiB one was freed grew the
-    resident size by 0 bytes and this figure by 8,388,624.
     """
     function = _mallinfo2()
     if function is None:

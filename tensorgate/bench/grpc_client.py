@@ -2,9 +2,8 @@
 
 Why not grpc.aio: the load generator shares the machine with the server it measures, and
 grpc.aio's client pays grpcio's thread hand-offs (its completion queue's poller thread wakes the
-event loop through a socketpair) on every call: measured at 100 requests/s of ResNet-sized
-requests, ~1.3 ms of client CPU per call against ~0.8 ms for the HTTP binary client
-(``benchmarks/bench_protocols.py``, section 2). Like :mod:`tensorgate.bench.http_client`, this one
+event loop through a socketpair) on every call. ``benchmarks/bench_protocols.py`` measures this
+client's CPU per call beside the HTTP binary client's. Like :mod:`tensorgate.bench.http_client`, this one
 writes pre-encoded bytes from the event loop and reads only what the load generator needs: the
 call's ``grpc-status`` and ``grpc-message``. The answer's messages are counted, not parsed.
 

@@ -72,10 +72,11 @@ class Recorder:
     what counts is what completes inside ``[window_start, window_end)``, whenever it started, and
     the window is exactly that long: a closed loop keeps its concurrency up to the window's end, so
     every second of it is a second at full load. Counting by start instead stretches the window
-    over the drain after the last start, while fewer and fewer requests are in flight: 10-second
-    runs of 10 clients on a ResNet-18-shaped model (~0.1 s latency) lasted 10.14-10.17 s, so their
-    throughput read 1.4-1.7 % low. Requests that the window's end cuts off still count if they
-    fail, so the cut never hides an error.
+    over the drain after the last start, while fewer and fewer requests are in flight, so the
+    throughput reads low by about one request latency over the window's length (the share that
+    matters on slow models, such as the ResNet-shaped one of ``benchmarks/bench_protocols.py``).
+    Requests that the window's end cuts off still count if they fail, so the cut never hides an
+    error.
     """
 
     def __init__(self, window_start: float, window_end: float | None = None) -> None:

@@ -103,9 +103,9 @@ class ThreadInstance(Instance):
     def _load(self, spec: LoadSpec) -> None:
         """On the worker thread: pin it first, so the runtime threads the load starts inherit the CPUs.
 
-        Measured with two single-thread onnxruntime instances on 2 CPUs (ResNet-shaped, 10 binary
-        clients, 12 alternating runs each): pinned to one CPU each, 0.93 of the in-process ceiling
-        (median); left to the OS scheduler, which moves them around the event loop, 0.83.
+        Left to the OS scheduler, model threads are moved around the event loop's CPU and lose their
+        caches each time; pinned, each keeps its CPU (``benchmarks/_ceiling.py`` says why the
+        benchmarks serve one single-thread instance per CPU).
         """
         if self._cpus is not None:
             os.sched_setaffinity(0, self._cpus)  # 0: the calling thread

@@ -133,9 +133,8 @@ def write_batch(region: Region, parts: Sequence[Mapping[str, Array]]) -> list[di
     """Lay out the batch that ``parts`` (each request's inputs) make, merged along axis 0.
 
     Each part is copied once, straight to its rows in the region: merging first and then copying
-    the merged batch in moves every byte twice on the event loop (8 ResNet-sized inputs, 4.8 MB:
-    0.29 ms this way against 0.57 ms, measured alone). BYTES tensors are packed from the merged
-    elements.
+    the merged batch in would move every byte twice on the event loop. BYTES tensors are packed
+    from the merged elements.
     """
     first = parts[0]
     payloads: list[tuple[str, DataType, tuple[int, ...], list[Array] | bytes, int]] = []

@@ -17,8 +17,8 @@ from tensorgate.observability.access_lines import JSON_LINES, AccessLine
 # Final: compiled, each is a constant in the code instead of a module-dict lookup per record.
 FLUSH_INTERVAL_S: Final = 0.05
 FLUSH_RECORDS: Final = 256  # about 64 KiB of JSON lines
-# A line's milliseconds, formatted once: a format spec per new millisecond cost ~5k instructions
-# (callgrind), against a tuple index and one concatenation.
+# A line's milliseconds, formatted once: a tuple index and one concatenation instead of a format
+# spec whenever the millisecond changes (bench_protocols.py counts the access log's instructions).
 _MILLISECONDS: Final = tuple(f".{ms:03d}Z" for ms in range(1000))
 _INFO: Final = "info"
 _LOGGER: Final = "tensorgate.access"
@@ -28,11 +28,10 @@ class AccessLog:
     """Each request's line is a msgspec struct, made as it ends; a flush encodes them all at once.
 
     Work in the middle of a request costs several times what the same code costs in a tight loop
-    (the request path has pushed it out of the caches by then): measured on a saturated server, a
-    line formatted per request made the access log ~5 % of the server's CPU per request, and a
-    dict built per request and dumped with orjson at flush still ~4 %. A struct is built in C from
-    positional values, and ``encode_lines`` writes a batch of them with no dict in between (0.7 us
-    a line against 1.7 us for the dict and orjson, in a tight loop).
+    (the request path has pushed it out of the caches by then), so the request pays only for
+    recording its values: a struct is built in C from positional values, and ``encode_lines``
+    writes a batch of them at flush with no dict in between. ``benchmarks/bench_protocols.py``
+    measures what the access log, metrics and tracing cost a saturated server.
     """
 
     def __init__(

@@ -11,11 +11,11 @@ during one fixed cost, and stops paying as soon as it has that many.
 
 - A GPU, or a small model whose cost is mostly per call, under load: ``fixed * rate`` is tens of
   rows, so the window fills batches.
-- A model whose cost is proportional to its rows (a convolution net on a CPU): measured, a
-  ResNet-18-shaped network on a 2-core CPU has a fixed part of 0-3 ms against ~22 ms a row, at
-  ~100 rows/s: ``fixed * rate`` stays under one row, so an idle instance never waits. With a
-  threshold on the fixed share alone (10 %) its noisy estimate (0-14 %) crossed it now and then,
-  and each time its instances sat idle ~3 % of the time waiting out the window.
+- A model whose cost is proportional to its rows (a convolution net on a CPU): its fixed part is
+  small against a row's cost, so ``fixed * rate`` stays under one row and an idle instance never
+  waits. A threshold on the fixed share alone would not do: the share's estimate is noisy, and
+  each time it crossed the threshold the instances would sit idle waiting out the window.
+  ``benchmarks/bench_serving.py`` serves this case (the ResNet-shaped model with batching on).
 - Light traffic: the rate is low, so a request is not held for company that is not coming.
 
 The estimate: a least-squares line through the recent mean execution time at each batch size, and

@@ -24,14 +24,15 @@ _SPARE_COLUMNS = 64
 class SlabLayer(DynamicLayer):  # type: ignore[misc]
     """A cache layer whose keys and values sit in a preallocated slab with spare columns.
 
-    HF's DynamicLayer concatenates on every step, copying the whole batch's cache each time; for
-    the decode batch that copy was the largest cost of a step (profiled: about 40% of step time
-    with 100 sequences). Here an append writes the new column in place; the slab grows rarely.
+    HF's DynamicLayer concatenates on every step, copying the whole batch's cache each time: a copy
+    that grows with the batch and its length, so that with many sequences it outweighs the step's
+    own work. Here an append writes the new column in place; the slab grows rarely.
+    ``benchmarks/bench_llm_realistic.py`` measures decoding with it.
 
     Keys are stored transposed, (rows, heads, head_dim, positions), and shown as the usual
     (rows, heads, positions, head_dim) view. Attention multiplies queries by the keys' transpose,
-    and a batched matmul over these small matrices runs about twice as fast when that operand is
-    contiguous along positions, so that operation takes about half as long.
+    and a batched matmul over these small matrices runs faster when that operand is contiguous
+    along positions.
     """
 
     def __init__(self, keys_t: torch.Tensor, values: torch.Tensor, length: int) -> None:

@@ -100,8 +100,7 @@ class LeanForward:
         """0 where a query may look, -inf elsewhere.
 
         A decode step (T = 1) gets (rows * kv_heads, 1, keys): every query head of a row sees the
-        same keys, and ``baddbmm`` broadcasts it at no cost, instead of a copy per head: 60 us instead
-        of 180 us per step for 100 rows of 500 keys, measured alone (within noise in a whole run).
+        same keys, and ``baddbmm`` broadcasts it at no cost, instead of a copy per head.
         A prefill (T > 1) gets (rows, 1, T, keys), the mask of ``scaled_dot_product_attention``.
         """
         rows, keys = key_mask.shape

@@ -32,7 +32,13 @@ from tensorgate.security.identity import Identity
 
 log = logging.getLogger(__name__)
 
-# How long before its deadline a client's reset still counts as that deadline (see Call.reset).
+# How long before its deadline a client's reset still counts as that deadline (see Call.reset). A
+# client times the deadline from when it sent the call and we from when we read its headers, so its
+# timer fires first, by the call's trip to us and by how late our event loop read it; its RST_STREAM
+# then reaches us shortly before our own deadline. What the window decides is only how the call is
+# counted (the client has given up either way, and reports DEADLINE_EXCEEDED itself): 20 ms covers
+# a loopback or LAN trip and a loop that reads a few milliseconds late under load, and is short
+# enough that a cancel well before the deadline is still counted as a cancel.
 CLIENT_DEADLINE_SLACK_S = 0.02
 
 Metadata = tuple[tuple[str, str | bytes], ...]
@@ -260,8 +266,8 @@ class Call:
 
         A reset that comes within ``CLIENT_DEADLINE_SLACK_S`` of the deadline is the client's own
         deadline timer: it started on the client's clock before the request reached us, so it
-        fires first, by however long the request took to be read here (seen in CI on a loaded
-        host, where such a call was counted as cancelled rather than timed out).
+        fires first, by however long the request took to reach us and be read here; the call is
+        counted as timed out, as the client counts it.
         """
         self._reset_by_peer = True
         if self._deadline is not None and self._loop.time() >= self._deadline - CLIENT_DEADLINE_SLACK_S:
