@@ -42,10 +42,9 @@ _MAX_HEAD_BUFFER = 1 << 20
 
 # uvicorn stops reading a connection once 64 KiB of body wait for the app, and reads on after the
 # app takes them: ~45 round trips through the event loop for an image-sized JSON body, each one
-# waiting its turn for the GIL while other requests decode (profiled: most of a JSON request's
-# time outside the model went there). The app reads every body whole anyway (up to
-# max_body_bytes, refused past it), so buffering more per connection costs no memory it would
-# not spend, and the bound still holds against a client that sends faster than the app reads.
+# waiting its turn for the GIL while other requests decode. The app reads every body whole anyway
+# (up to max_body_bytes, refused past it), so buffering more per connection costs no memory it
+# would not spend, and the bound still holds against a client that sends faster than the app reads.
 BODY_HIGH_WATER_BYTES = 8 << 20
 # A chunked body (no Content-Length) is handed to the app at least this often, so its size limit
 # holds within this much, whatever the high-water mark.
@@ -54,15 +53,21 @@ CHUNKED_WAKE_BYTES = 1 << 20
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
 
 
+# The two stand-ins below for uvicorn's request-cycle code, both used as shipped.
+# benchmarks/bench_listener.py turns one off in a server of its own, to measure each against
+# uvicorn's own code in the same run; nothing else changes these.
+_BODY_PARTS = True  # _BodyParts
+_ONE_WRITE = True  # _OneWriteCycle
+
+
 class _BodyParts:
     """The body bytes that arrived since the app last read, as the chunks they came in.
 
-    uvicorn (0.42 on) appends each chunk to a bytearray and copies that to bytes on every read; a
-    chunk over an eighth of the buffer makes CPython reallocate it to the exact new size, so a 3 MB
-    JSON body read 256 KiB at a time is reallocated a dozen times. uvicorn's read calls ``bytes()``
-    on what it holds: here that is the one chunk itself when there is one (no copy at all), or one
-    join. Measured alone: 0.20 ms against 0.10 ms for 3 MB in 256 KiB chunks, 0.056 against 0.019
-    ms for 640 KB in 64 KiB chunks.
+    uvicorn (0.55, the pinned minor) appends each chunk to a bytearray and copies that to bytes on
+    every read; a chunk over an eighth of the buffer makes CPython reallocate it to the exact new
+    size, so a 3 MB JSON body read 256 KiB at a time is reallocated a dozen times. uvicorn's read
+    calls ``bytes()`` on what it holds: here that is the one chunk itself when there is one (no copy
+    at all), or one join. ``benchmarks/bench_listener.py`` measures it against uvicorn's bytearray.
     """
 
     __slots__ = ("_parts", "_size")
@@ -123,12 +128,11 @@ class _OneWriteCycle(RequestResponseCycle):  # type: ignore[misc]
     uvicorn writes the status line and headers when the app sends ``http.response.start`` and the
     body on ``http.response.body``: two writes, so two ``send(2)`` calls and two TCP segments per
     response, for the server and for the client to handle. Over loopback each send also runs the
-    receiver's network stack inline (py-spy --native put 11 % of the event loop's wall time in
-    these two calls, at 64 clients on the MLP). Here the head of a sized response is built and
-    kept, and the body write carries it (``strace -c``: one write fewer per response). A whole
-    body in one message, the usual case, is written here without uvicorn's general send (~3 us a
-    response of Python). Streamed (chunked) responses and HEAD are written by uvicorn as before,
-    so a stream's headers still leave before its first event.
+    receiver's network stack inline. Here the head of a sized response is built and kept, and the
+    body write carries it. A whole body in one message, the usual case, is written here without
+    uvicorn's general send. Streamed (chunked) responses and HEAD are written by uvicorn as before,
+    so a stream's headers still leave before its first event. ``benchmarks/bench_listener.py``
+    measures it against uvicorn's own cycle.
     """
 
     transport: Any  # the connection's, or a stand-in while uvicorn writes
@@ -237,8 +241,8 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
     - Headers must be complete within ``header_timeout_s`` of a request's first byte (or of the
       connection), so slow clients cannot hold connections (slowloris); uvicorn has no such timeout.
       One timer per connection checks this and the keep-alive time, instead of a header timer
-      made and cancelled per request (about 3 % of the event loop's samples at 64 clients on a
-      small model) and uvicorn's keep-alive timer made and cancelled per response.
+      made and cancelled per request and uvicorn's keep-alive timer made and cancelled per
+      response.
     - A body must be all in within ``body_timeout_s`` of its request's turn (408, and closed): a
       client that declares a length and trickles the bytes cannot hold a connection either. The
       same timer checks it.
@@ -363,7 +367,7 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         scope["raw_path"] = self.root_path.encode("ascii") + raw_path
         scope["query_string"] = parsed_url.query or b""
         existing_cycle = self.cycle
-        self.cycle = cycle = _OneWriteCycle(
+        self.cycle = cycle = (_OneWriteCycle if _ONE_WRITE else RequestResponseCycle)(
             scope=scope,
             transport=self.transport,
             flow=self.flow,
@@ -392,9 +396,12 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         if (self.parser.should_upgrade() and self._should_upgrade()) or self.cycle.response_complete:
             return
         parts = self.cycle.body
-        if not isinstance(parts, _BodyParts):  # uvicorn sets a fresh bytearray after every read
-            parts = self.cycle.body = _BodyParts(parts)
-        parts.append(body)
+        if not _BODY_PARTS:
+            parts += body  # uvicorn's bytearray
+        else:
+            if not isinstance(parts, _BodyParts):  # uvicorn sets a fresh bytearray after every read
+                parts = self.cycle.body = _BodyParts(parts)
+            parts.append(body)
         # A body with a Content-Length (which the app has checked against its limit before reading)
         # wakes the app once, when complete (uvicorn's on_message_complete), not per chunk: a 600 KB
         # tensor arrives in about ten reads, and each wake-up was a task step, a receive message and
@@ -425,7 +432,8 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         self.transport.close()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        cycle.__class__ = _OneWriteCycle  # uvicorn's own (upgrades, limits) get the one-write send too
+        if _ONE_WRITE:
+            cycle.__class__ = _OneWriteCycle  # uvicorn's own (upgrades, limits) get the one-write send too
         # The body is timed from here: a pipelined request's body is not read before its turn.
         self._body_cycle = cycle
         self._body_started = now = self.loop.time()
