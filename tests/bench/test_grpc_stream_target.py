@@ -35,7 +35,6 @@ async def _decoupled(requests: AsyncIterator[Any], context: Any) -> AsyncIterato
             yield _answer(request, final=None)
             continue
         yield _answer(request, final=False)
-        await asyncio.sleep(0.01)  # the final answer is not in the same read as the partial one
         yield _answer(request, final=True, error="boom" if request.id.startswith("fail") else "")
 
 
@@ -49,9 +48,17 @@ def _request(request_id: str) -> bytes:
 
 def _calls(ids: list[str]) -> list[str | None]:
     async def run() -> list[str | None]:
+        streams = 0
+
+        async def counted(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+            nonlocal streams
+            streams += 1
+            async for answer in _decoupled(requests, context):
+                yield answer
+
         server = grpc.aio.server()
         handler = grpc.stream_stream_rpc_method_handler(
-            _decoupled,
+            counted,
             request_deserializer=pb.ModelInferRequest.FromString,
             response_serializer=lambda m: m.SerializeToString(),
         )
@@ -61,9 +68,10 @@ def _calls(ids: list[str]) -> list[str | None]:
         target = GrpcStreamTarget(parse_endpoint(f"127.0.0.1:{port}", 8081), [_request(i) for i in ids])
         try:
             # One after another, so every call rides the same stream: an answer left unread by one
-            # call would be taken as the next call's.
+            # call would be taken as the next call's (an ``ok`` call's final answer as a ``fail``
+            # call's, whatever reads the answers arrive in).
             errors = [(await target.call(index)).error for index in range(len(ids))]
-            assert len(target._channels) == 1
+            assert streams == 1
             return errors
         finally:
             await target.aclose()

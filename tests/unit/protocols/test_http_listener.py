@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+import virtual_time
 from uvicorn.protocols.http.flow_control import FlowControl
 
 from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION
@@ -160,63 +161,81 @@ def _read_until(sock: socket.socket, marker: bytes) -> bytes:
     return received
 
 
-async def test_late_headers_on_a_kept_alive_connection_get_408() -> None:
-    """The timer is per connection: it must also catch the second request's headers."""
+async def _read_through(reader: asyncio.StreamReader, marker: bytes) -> bytes:
+    received = b""
+    while marker not in received:
+        chunk = await reader.read(65536)
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
+def test_late_headers_on_a_kept_alive_connection_get_408() -> None:
+    """The timer is per connection: it must also catch the second request's headers. On virtual
+    time (``virtual_time.py``): the waits are the listener's own timeouts, to the microsecond."""
     timeout = 0.3
-    sock = socket.create_server(("127.0.0.1", 0))
-    listener = HttpListener("http", _answer, sock, header_timeout_s=timeout)
-    await listener.start()
-    try:
 
-        def client() -> tuple[bytes, float, bytes]:
-            with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as conn:
-                conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-                first = _read_until(conn, b"ok")
-                time.sleep(2 * timeout)  # idle between requests is not late headers
-                conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
-                started = time.monotonic()
-                second = _read_until(conn, b"}")
-                return first, time.monotonic() - started, second
+    async def scenario() -> tuple[bytes, float, bytes]:
+        loop = asyncio.get_running_loop()
+        sock = socket.create_server(("127.0.0.1", 0))
+        listener = HttpListener("http", _answer, sock, header_timeout_s=timeout)
+        await listener.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            first = await _read_through(reader, b"ok")
+            await asyncio.sleep(2 * timeout)  # idle between requests is not late headers
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            started = loop.time()
+            second = await _read_through(reader, b"}")
+            waited = loop.time() - started
+            writer.close()
+            await writer.wait_closed()
+            return first, waited, second
+        finally:
+            await listener.stop()
 
-        first, waited, second = await asyncio.to_thread(client)
-    finally:
-        await listener.stop()
+    first, waited, second = virtual_time.run(scenario())
     assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(b"ok")
     assert second.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), second
-    assert timeout * 0.9 <= waited < timeout * 3 + 1.0
+    assert waited == pytest.approx(timeout)
 
 
-async def test_an_idle_kept_alive_connection_is_closed_but_not_one_whose_request_runs_long() -> None:
+def test_an_idle_kept_alive_connection_is_closed_but_not_one_whose_request_runs_long() -> None:
     keep_alive = 0.3
-    release = asyncio.Event()
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["path"] == "/slow":
-            await release.wait()  # runs past the keep-alive time, until the test releases it
-        await _answer(scope, receive, send)
+    async def scenario() -> tuple[bytes, float, bytes]:
+        loop = asyncio.get_running_loop()
+        release = asyncio.Event()
 
-    sock = socket.create_server(("127.0.0.1", 0))
-    listener = HttpListener("http", app, sock, keep_alive_s=keep_alive, header_timeout_s=keep_alive)
-    await listener.start()
-    loop = asyncio.get_running_loop()
-    try:
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["path"] == "/slow":
+                await release.wait()  # runs past the keep-alive time, until the test releases it
+            await _answer(scope, receive, send)
 
-        def client() -> tuple[bytes, float, bytes]:
-            with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as conn:
-                conn.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-                time.sleep(3 * keep_alive)  # the request is running all this time
-                loop.call_soon_threadsafe(release.set)
-                slow = _read_until(conn, b"ok")
-                started = time.monotonic()
-                closed = conn.recv(1024)  # nothing more is sent: the server closes when idle
-                return slow, time.monotonic() - started, closed
+        sock = socket.create_server(("127.0.0.1", 0))
+        listener = HttpListener("http", app, sock, keep_alive_s=keep_alive, header_timeout_s=keep_alive)
+        await listener.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+            writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            await asyncio.sleep(3 * keep_alive)  # the request is running all this time
+            release.set()
+            slow = await _read_through(reader, b"ok")
+            started = loop.time()
+            closed = await reader.read(1024)  # nothing more is sent: the server closes when idle
+            idle = loop.time() - started
+            writer.close()
+            await writer.wait_closed()
+            return slow, idle, closed
+        finally:
+            await listener.stop()
 
-        slow, idle, closed = await asyncio.to_thread(client)
-    finally:
-        await listener.stop()
+    slow, idle, closed = virtual_time.run(scenario())
     assert slow.startswith(b"HTTP/1.1 200 OK\r\n") and slow.endswith(b"ok")
     assert closed == b""
-    assert keep_alive * 0.9 <= idle < keep_alive * 3 + 1.0
+    assert idle == pytest.approx(keep_alive)
 
 
 async def test_a_lost_connection_cancels_the_request_running_on_it_at_once() -> None:
