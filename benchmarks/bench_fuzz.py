@@ -8,7 +8,11 @@ decoder the way the server runs it. For each target this prints and writes:
   decoder alone (the time inside the target), with the decoder's share of the run;
 - what the examples came to: decoded, refused as the client's error, or a known bug
   (``KNOWN_BUGS``: reported in a file this change could not edit, counted instead of failing);
-- failures: any other outcome. The bar is 0; the script exits 1 otherwise.
+- failures: any other outcome. The bar is 0; the script exits 1 otherwise;
+- memory: what the decoder still holds after a second pass of examples that it did not hold after
+  the first (tracemalloc, counting only memory allocated in ``tensorgate``'s own files, after a
+  garbage collection), in a traced pass apart from the timed one. A decoder that keeps something
+  per input grows with every pass; bounded caches fill in the first. The bar is under 64 KiB.
 
 The baseline is measured in the same run, per target: the same generator, the same seed, feeding
 a target that does nothing, so "decoder share" is what the decoder costs next to generating its
@@ -21,8 +25,10 @@ writes ``benchmarks/out/bench_fuzz.md``.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
+import tracemalloc
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +40,8 @@ from fuzz_targets import KNOWN_BUGS, KNOWN_HITS, TARGETS, Target, UnexpectedOutc
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 OUT = Path(__file__).parent / "out"
+MAX_GROWTH_BYTES = 64 * 1024
+_OURS = tracemalloc.Filter(True, str(Path(__file__).resolve().parent.parent / "tensorgate" / "*"))
 
 
 @dataclass
@@ -45,6 +53,7 @@ class Result:
     baseline_s: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    growth_bytes: int = 0  # held after the second traced pass and not after the first
 
     @property
     def rate(self) -> float:
@@ -105,6 +114,31 @@ def fuzz(target: Target, examples: int, run_seed: int) -> Result:
     return result
 
 
+def _held() -> int:
+    gc.collect()
+    return sum(stat.size for stat in tracemalloc.take_snapshot().filter_traces([_OURS]).statistics("filename"))
+
+
+def growth(target: Target, examples: int, run_seed: int) -> int:
+    """Bytes allocated in tensorgate's files and still held after a second pass of ``examples``
+    (another seed) that were not held after the first."""
+
+    def quiet(example: Any) -> None:
+        try:
+            check(target, example)
+        except UnexpectedOutcome:
+            pass  # counted by the timed pass
+
+    tracemalloc.start()
+    try:
+        _generate(target, examples, run_seed, quiet)
+        first = _held()
+        _generate(target, examples, run_seed + 1, quiet)
+        return _held() - first
+    finally:
+        tracemalloc.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000 examples per target")
@@ -117,8 +151,11 @@ def main() -> int:
     results = []
     for name in args.only or list(TARGETS):
         print(f"fuzzing {name} ({examples} examples)", flush=True)
-        results.append(fuzz(TARGETS[name], examples, args.seed))
+        result = fuzz(TARGETS[name], examples, args.seed)
+        result.growth_bytes = growth(TARGETS[name], max(200, examples // 5), args.seed + 1000)
+        results.append(result)
     close_loop()
+    grown = [r.name for r in results if r.growth_bytes >= MAX_GROWTH_BYTES]
     failures = sum(r.outcomes.get("failed", 0) for r in results)
     lines = [
         "## bench_fuzz",
@@ -128,11 +165,14 @@ def main() -> int:
         "`tests/fuzz/fuzz_targets.py`), one after another in one process. *Rate* is examples/s end to end "
         "(generation included); *decoder rate* counts only the time inside the target; the baseline is the "
         "same generator and seed feeding a target that does nothing, timed in the same run. Bar: 0 failures "
-        "(an outcome other than decoding, the client's error, or a known bug).",
+        "(an outcome other than decoding, the client's error, or a known bug). *Held after* is what the "
+        f"decoder still holds after a second traced pass of {max(200, examples // 5):,} examples that it did "
+        "not hold after the first (tracemalloc, tensorgate's own files only); bar: under "
+        f"{MAX_GROWTH_BYTES // 1024} KiB.",
         "",
         "| target | examples | rate (ex/s) | decoder rate (ex/s) | decoder share | baseline (ex/s) "
-        "| decoded | refused | known bugs | failures |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| decoded | refused | known bugs | failures | held after (KiB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         known = sum(v for k, v in r.outcomes.items() if k.startswith("known:"))
@@ -141,10 +181,14 @@ def main() -> int:
         lines.append(
             f"| {r.name} | {r.examples:,} | {r.rate:,.0f} | {r.decoder_rate:,.0f} | {share:.0%} | {baseline:,.0f} "
             f"| {r.outcomes.get('decoded', 0):,} | {r.outcomes.get('refused', 0):,} | {known} "
-            f"| {r.outcomes.get('failed', 0)} |"
+            f"| {r.outcomes.get('failed', 0)} | {r.growth_bytes / 1024:,.1f} |"
         )
     lines.append("")
     lines.append(f"- Failures: **{failures}** ({'bar met' if failures == 0 else 'bar not met'}).")
+    lines.append(
+        f"- Memory held after: {'every target under' if not grown else ', '.join(grown) + ' at or over'} "
+        f"{MAX_GROWTH_BYTES // 1024} KiB ({'bar met' if not grown else 'bar not met'})."
+    )
     for bug in KNOWN_BUGS:
         hits = sum(r.outcomes.get(f"known:{bug.id}", 0) for r in results)
         lines.append(f"- Known bug `{bug.id}` ({bug.where}): {hits} hit(s). {bug.summary}.")
@@ -155,7 +199,7 @@ def main() -> int:
     OUT.mkdir(exist_ok=True)
     (OUT / "bench_fuzz.md").write_text("\n".join(lines))
     print("\n".join(lines))
-    return 1 if failures else 0
+    return 1 if failures or grown else 0
 
 
 if __name__ == "__main__":
