@@ -111,22 +111,31 @@ def scale_server(repo: Path, tmp_path: Path) -> Iterator[tuple[ServerProcess, Pa
         yield server, repo / "scale"
 
 
-def test_a_model_written_slowly_is_loaded_only_once_complete(scale_server: tuple[ServerProcess, Path]) -> None:
-    server, model_dir = scale_server
+def test_a_model_written_slowly_is_loaded_only_once_complete(repo: Path) -> None:
+    # Scans 1 s apart against a write every 0.05 s for 2.5 s: the file is seen still growing unless
+    # the writer stalls for a whole second, which the test would then report as a failed load.
+    (repo / "scale" / "1").mkdir(parents=True)
+    (repo / "scale" / "1" / "model.onnx").write_bytes(_big_onnx(1.0, 1))
+    model_dir = repo / "scale"
+    slow_poll = ("--model-control", "poll", "--repository-poll-secs", "1")
     data = _big_onnx(2.0, 16)
-    (model_dir / "2").mkdir()
-    chunks = [data[i : i + len(data) // 40] for i in range(0, len(data), len(data) // 40)]
-    with httpx.Client(timeout=10.0) as client, open(model_dir / "2" / "model.onnx", "wb") as out:
-        for chunk in chunks:  # a slow copy: each scan 0.2 s apart sees the file grow
-            out.write(chunk)
-            out.flush()
-            assert _answer(client, server.url) == ("1", 1.0)  # v1 serves throughout
-            time.sleep(0.02)
-        out.close()
+    step = len(data) // 50
+    with (
+        ServerProcess("--model-repository", str(repo), *slow_poll) as server,
+        httpx.Client(timeout=10.0) as client,
+    ):
+        (model_dir / "2").mkdir()
+        with open(model_dir / "2" / "model.onnx", "wb") as out:
+            for start in range(0, len(data), step):  # a slow copy
+                out.write(data[start : start + step])
+                out.flush()
+                assert _answer(client, server.url) == ("1", 1.0)  # v1 serves throughout
+                time.sleep(0.05)
         wait_until(lambda: _answer(client, server.url) == ("2", 2.0), timeout_s=30)
-    # Never tried half-written: no failed load, and v2 loaded once.
-    assert metric(server.metrics_url, "tensorgate_model_load_failures_total", model="scale") == 0
-    assert metric(server.metrics_url, "tensorgate_model_load_duration_seconds_count", model="scale", version="2") == 1
+        # Never tried half-written: no failed load, and v2 loaded once.
+        assert metric(server.metrics_url, "tensorgate_model_load_failures_total", model="scale") == 0
+        count = metric(server.metrics_url, "tensorgate_model_load_duration_seconds_count", model="scale", version="2")
+        assert count == 1
 
 
 def test_a_corrupt_version_leaves_the_serving_one_and_loads_once_fixed(
