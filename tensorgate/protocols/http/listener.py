@@ -298,9 +298,10 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
                 return
         super().data_received(data)
 
-    # The parser callbacks below do what uvicorn's do (their lines are uvicorn 0.4x's) with the
-    # checks above in the same call: one Python call per callback instead of two, which is a few
-    # microseconds a request at thousands of requests per second.
+    # The parser callbacks below do what uvicorn's do (their lines are uvicorn 0.55's, pinned by
+    # tests/unit/protocols/test_uvicorn_upstream.py) with the checks above in the same call: one
+    # Python call per callback instead of two, which is a few microseconds a request at thousands
+    # of requests per second.
 
     def on_message_begin(self) -> None:
         self.url = b""
