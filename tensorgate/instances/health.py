@@ -19,11 +19,17 @@ to a broken accelerator. An instance that is alive but answers wrongly or slowly
 - Taken out, an instance is restarted with exponential backoff (a worker process is killed and
   started again; a thread instance is reloaded on a new thread), which fails its batch in flight so
   the scheduler retries it elsewhere, and it rejoins after ``success_threshold`` good probes.
+- A probe that runs past ``timeout_s`` leaves the instance held busy (the model may still be running
+  it) until its restart, or, for an instance that cannot restart, until the model returns from it.
+
+Every wait (the idle interval, a probe's timeout, the restart backoff) goes through the ``sleep``
+the monitor is given, so a test can drive them by hand.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Set
 from typing import Any
@@ -38,6 +44,8 @@ from tensorgate.types import Array
 log = logging.getLogger(__name__)
 
 RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+# How often recovery looks again at an instance it cannot probe yet (a routine probe still finishing).
+BUSY_RECHECK_S = 0.05
 
 
 class HealthRecord:
@@ -106,6 +114,7 @@ class HealthMonitor:
         finite: frozenset[str] | None,
         poke: Callable[[], None],
         on_probe: Callable[[Instance, bool], None] | None = None,
+        sleep: Callable[[float], Coroutine[Any, Any, None]] = asyncio.sleep,
     ) -> None:
         self._label = label  # "model/version", for the log
         self._pool = pool
@@ -114,10 +123,15 @@ class HealthMonitor:
         self._finite = set(finite or ())  # grows with what good probes find finite
         self._poke = poke  # the scheduler looks at its queue again once an instance is free
         self._on_probe = on_probe  # counts each probe's outcome (metrics)
+        self._sleep = sleep  # every wait: the idle interval, a probe's timeout, the restart backoff
         self.records = {i: HealthRecord(settings.failure_threshold, settings.success_threshold) for i in pool.instances}
         self._tasks: set[asyncio.Task[None]] = set()
         self._probing: set[Instance] = set()
-        self._stuck: set[Instance] = set()  # held by a probe that never returned, until restarted
+        # The pool counts every batch an instance finished; these many were probes, not work.
+        self._probes_done = dict.fromkeys(pool.instances, 0)
+        # A probe that ran past its timeout, still running in the model: the instance stays held
+        # busy until it is restarted or the probe returns (whichever comes first releases it).
+        self._stuck: dict[Instance, asyncio.Task[dict[str, Array]]] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -127,7 +141,8 @@ class HealthMonitor:
 
     async def aclose(self) -> None:
         self._closed = True
-        tasks = [t for t in (self._loop_task, *self._tasks) if t is not None]
+        stuck, self._stuck = list(self._stuck.values()), {}
+        tasks = [t for t in (self._loop_task, *self._tasks, *stuck) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -150,15 +165,22 @@ class HealthMonitor:
     # -- probes ----------------------------------------------------------------------------------
 
     async def _watch(self) -> None:
-        seen = dict(self._pool.uses)
+        seen = self._work_done()
         while True:
-            await asyncio.sleep(self._settings.interval_s)
+            await self._sleep(self._settings.interval_s)
+            done = self._work_done()
             for instance in self._pool.instances:
                 record = self.records[instance]
-                idle = self._pool.uses.get(instance) == seen.get(instance) and not self._pool.is_busy(instance)
+                idle = done[instance] == seen[instance] and not self._pool.is_busy(instance)
                 if record.in_rotation and idle and instance not in self._probing:
                     self._spawn(self._routine_probe(instance))
-            seen = dict(self._pool.uses)
+            seen = done
+
+    def _work_done(self) -> dict[Instance, int]:
+        """Batches of real work each instance has finished: its own probes are no sign of activity,
+        so an idle instance is probed every ``interval_s``, not every other one."""
+        uses = self._pool.uses
+        return {i: uses.get(i, 0) - self._probes_done[i] for i in self._pool.instances}
 
     async def _routine_probe(self, instance: Instance) -> None:
         problem = await self._probe(instance)
@@ -177,26 +199,62 @@ class HealthMonitor:
             return None
         self._probing.add(instance)
         problem = ""
+        loop = asyncio.get_running_loop()
+        run = loop.create_task(instance.execute(self._sample))
+        timer = loop.create_task(self._sleep(self._settings.timeout_s))
         try:
-            outputs = await asyncio.wait_for(instance.execute(self._sample), self._settings.timeout_s)
-            problem = probe_problem(outputs, self._finite)
-            if not problem:
-                self._finite |= finite_outputs(outputs)
-        except TimeoutError:
-            problem = f"the probe ran past its timeout of {self._settings.timeout_s:g} s"
-            self._stuck.add(instance)  # still inside the model: held busy until its restart
+            await asyncio.wait((run, timer), return_when=asyncio.FIRST_COMPLETED)
+            if not run.done():
+                problem = f"the probe ran past its timeout of {self._settings.timeout_s:g} s"
+                # Not cancelled: a thread cannot be stopped, so the instance is held until the
+                # model returns from it (released then, see _unstick) or the instance restarts.
+                self._stuck[instance] = run
+                run.add_done_callback(functools.partial(self._unstick, instance))
+            elif run.cancelled():  # by the instance itself (a thread instance's reload abandons its work)
+                problem = "the probe was cancelled"
+            else:
+                outputs = run.result()
+                problem = probe_problem(outputs, self._finite)
+                if not problem:
+                    self._finite |= finite_outputs(outputs)
+        except asyncio.CancelledError:  # the monitor closes
+            run.cancel()
+            raise
         except (ModelFailed, InstanceDied) as exc:
             problem = f"the probe failed: {exc}"
         except Exception as exc:  # the boundary of a background probe
             problem = f"the probe failed: {type(exc).__name__}: {exc}"
         finally:
+            timer.cancel()
             self._probing.discard(instance)
-            if instance not in self._stuck:
-                self._pool.release(instance)
-                self._poke()
+            if self._stuck.get(instance) is not run:
+                self._free(instance)
         if self._on_probe is not None:
             self._on_probe(instance, not problem)
         return problem
+
+    def _unstick(self, instance: Instance, run: asyncio.Task[dict[str, Array]]) -> None:
+        """A probe that ran past its timeout returned at last: the instance is free, unless a restart
+        (or a later stuck probe) took over its hold meanwhile."""
+        if not run.cancelled():
+            run.exception()  # retrieved: the probe was already counted as failing
+        if self._stuck.get(instance) is run:
+            del self._stuck[instance]
+            self._free(instance)
+
+    def _release_stuck(self, instance: Instance) -> None:
+        """The instance restarted: the probe that hung is gone with its old thread or process, and
+        whatever it returns late is no answer of the new one."""
+        run = self._stuck.pop(instance, None)
+        if run is not None:
+            run.cancel()
+            self._free(instance)
+
+    def _free(self, instance: Instance) -> None:
+        """Give back an instance a probe held; the scheduler looks at its queue again."""
+        self._probes_done[instance] += 1
+        self._pool.release(instance)
+        self._poke()
 
     # -- out of rotation and back ----------------------------------------------------------------
 
@@ -215,8 +273,9 @@ class HealthMonitor:
     async def _recover(self, instance: Instance, record: HealthRecord) -> None:
         """Restart with backoff until ``success_threshold`` probes in a row pass, then rejoin."""
         attempt = 0
+        told = False  # that an instance which cannot restart waits for its stuck probe (logged once)
         while not self._closed:
-            await asyncio.sleep(RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)])
+            await self._sleep(RESTART_BACKOFF_S[min(attempt, len(RESTART_BACKOFF_S) - 1)])
             attempt += 1
             if instance.can_restart:
                 try:
@@ -227,13 +286,25 @@ class HealthMonitor:
                     log.error("instance %s: restart %d failed: %s", instance.name, attempt, _describe(exc))
                     continue
                 finally:
-                    if instance in self._stuck:  # the probe that hung is gone with the old thread or process
-                        self._stuck.discard(instance)
-                        self._pool.release(instance)
+                    self._release_stuck(instance)
             while not record.in_rotation:
+                stuck = self._stuck.get(instance)
+                if stuck is not None:  # a probe hung: nothing to probe until it ends
+                    if instance.can_restart:
+                        break  # it began before the restart (the instance was taken out meanwhile): the next frees it
+                    if not told:
+                        told = True
+                        log.warning(
+                            "instance %s of %s cannot be restarted: it stays out of rotation until the "
+                            "model returns from the probe that ran past its timeout",
+                            instance.name,
+                            self._label,
+                        )
+                    await asyncio.wait((stuck,))
+                    continue
                 problem = await self._probe(instance)
                 if problem is None:  # busy (a probe still finishing): look again shortly
-                    await asyncio.sleep(min(self._settings.interval_s, 0.05))
+                    await self._sleep(min(self._settings.interval_s, BUSY_RECHECK_S))
                     continue
                 if problem:
                     record.failed(problem)
