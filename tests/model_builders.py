@@ -193,9 +193,12 @@ def write_admin_keys(directory: Path, *keys: str) -> Path:
 
 
 # Fault injection: the instance named ``bad_instance`` (model_version_index) goes bad while the
-# file ``marker`` exists, whatever its restarts: it raises ("fail", a device error), blocks
-# ("hang"), or answers NaN ("nan"). Every other instance, and this one without the marker, answers
-# INPUT + 1. A test creates the marker to break one instance under load and removes it to heal it.
+# file ``marker`` exists, whatever its restarts, or (``after_calls: N``) once it has run N batches
+# (probes included) since it was loaded: a restart loads it afresh, so it serves N more and goes
+# bad again. Bad, it raises ("fail", a device error), blocks ("hang"), or answers NaN ("nan").
+# Every other instance, and this one while good, answers INPUT + 1. Any instance raises on an input
+# below -1e6 (the input's fault, not the device's). A test creates the marker to break one instance
+# under load and removes it to heal it.
 FAULTY_MODEL = """
 import os
 import time
@@ -209,15 +212,25 @@ class Faulty(PythonModel):
     def load(self, context):
         params = context.parameters
         self.bad = context.instance == params["bad_instance"]
-        self.marker = params["marker"]
+        self.marker = params.get("marker")
+        self.after_calls = int(params["after_calls"]) if "after_calls" in params else None
+        self.calls = 0
         self.fault = params.get("fault", "fail")
         self.delay = float(params.get("delay_ms", 0)) / 1000.0
 
+    def broken(self):
+        if self.marker is not None and os.path.exists(self.marker):
+            return True
+        return self.after_calls is not None and self.calls > self.after_calls
+
     def execute(self, inputs):
         x = inputs["INPUT"]
+        self.calls += 1
         if self.delay:
             time.sleep(self.delay)
-        if self.bad and os.path.exists(self.marker):
+        if float(np.min(x, initial=0.0)) < -1e6:
+            raise ValueError("model refuses inputs below -1e6")
+        if self.bad and self.broken():
             if self.fault == "fail":
                 raise RuntimeError("device error: the accelerator stopped answering")
             if self.fault == "hang":
@@ -231,27 +244,29 @@ class Faulty(PythonModel):
 def write_faulty_model(
     repo: Path,
     name: str,
-    marker: Path,
+    marker: Path | None,
     *,
     fault: str = "fail",
+    after_calls: int | None = None,
     count: int = 4,
     bad_index: int = 2,
     isolation: str = "thread",
     health_check: dict[str, Any] | None = None,
     delay_ms: float = 2.0,
 ) -> Path:
-    """A FAULTY_MODEL model with ``count`` instances, instance ``bad_index`` the one that goes bad."""
+    """A FAULTY_MODEL model with ``count`` instances, instance ``bad_index`` the one that goes bad:
+    while ``marker`` exists, and/or after ``after_calls`` batches of its own."""
     checks = {"interval_s": 0.2, "timeout_s": 0.5, "failure_threshold": 3, "batch_timeout_s": 1.0}
+    parameters: dict[str, Any] = {"bad_instance": f"{name}_1_{bad_index}", "fault": fault, "delay_ms": delay_ms}
+    if marker is not None:
+        parameters["marker"] = str(marker)
+    if after_calls is not None:
+        parameters["after_calls"] = after_calls
     return write_python_model(
         repo,
         name,
         code=FAULTY_MODEL,
-        parameters={
-            "bad_instance": f"{name}_1_{bad_index}",
-            "marker": str(marker),
-            "fault": fault,
-            "delay_ms": delay_ms,
-        },
+        parameters=parameters,
         instance_group=[{"count": count, "kind": "cpu", "isolation": isolation}],
         health_check={**checks, **(health_check or {})},
         dynamic_batching={"max_queue_delay_ms": 1},

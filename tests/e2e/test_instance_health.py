@@ -1,22 +1,28 @@
-"""The seed's scenario: one of four instances goes bad under load (it raises, or hangs), and clients
-see no failed request while it is taken out of rotation, restarted and put back. An instance that
-answers NaN is found by its idle probes. A model whose only instance goes bad turns not ready, and
-ready again once it heals."""
+"""The seed's scenario: one of four instances goes bad under load (it raises, or hangs; at a marker,
+or after N calls), and clients see no failed request while it is taken out of rotation, restarted
+and put back. An idle instance that answers NaN, or hangs, is found by its probes. A model whose
+only instance goes bad turns not ready over HTTP and gRPC, and ready again once it heals. An input
+the model refuses on every instance is the client's error, and no instance's fault."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 from load_loop import Load
 from model_builders import metric, v2_body, write_faulty_model
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tensorgate.testing import ServerProcess
 
 BAD = "m_1_2"
+DEVICE_ERROR = "device error: the accelerator stopped answering"  # what FAULTY_MODEL's "fail" raises
+HUNG = "hung|past"  # a batch or a probe that ran past its limit
 
 
 async def _until(holds: Callable[[], Awaitable[bool]], timeout_s: float = 30.0) -> None:
@@ -37,16 +43,28 @@ def _instance_metric(server: ServerProcess, name: str) -> Callable[[], Awaitable
     return read
 
 
-def _left_and_rejoined(server: ServerProcess) -> None:
+def _left_and_rejoined(server: ServerProcess, error: str, instance: str = BAD) -> None:
+    """The warning that took ``instance`` out names it, its device and its last error (matching
+    the pattern ``error``); a later line says it is back."""
     messages = [str(r.get("message")) for r in server.log_records()]
     out = [m for m in messages if "out of rotation" in m]
-    assert out and BAD in out[0] and " on cpu " in out[0]  # names the instance, its device, the error
-    assert any(BAD in m and "back in rotation" in m for m in messages)
+    ejection = rf"^instance {instance} of m/1 on cpu is out of rotation after \d+ failure\(s\): .*(?:{error})"
+    assert out and re.search(ejection, out[0]), out[:1]
+    assert any(instance in m and "back in rotation" in m for m in messages)
 
 
-@pytest.mark.parametrize(("fault", "isolation"), [("fail", "thread"), ("hang", "thread"), ("fail", "process")])
+@pytest.mark.parametrize(
+    ("fault", "isolation", "error"),
+    [
+        ("fail", "thread", DEVICE_ERROR),
+        ("hang", "thread", HUNG),
+        ("fail", "process", DEVICE_ERROR),
+        ("hang", "process", HUNG),  # the hung worker process is killed and started again
+    ],
+    ids=["fail-thread", "hang-thread", "fail-process", "hang-process"],
+)
 async def test_one_bad_instance_of_four_leaves_and_rejoins_with_no_failed_request(
-    tmp_path: Path, fault: str, isolation: str
+    tmp_path: Path, fault: str, isolation: str, error: str
 ) -> None:
     marker = tmp_path / "broken"
     write_faulty_model(tmp_path / "models", "m", marker, fault=fault, isolation=isolation)
@@ -68,12 +86,39 @@ async def test_one_bad_instance_of_four_leaves_and_rejoins_with_no_failed_reques
         assert all(a.computed_by == 2.0 for a in load.answers)  # no wrong answer reached a client either
         async with httpx.AsyncClient() as client:
             assert (await client.get(f"{server.url}/v2/health/ready")).status_code == 200
-        _left_and_rejoined(server)
+        _left_and_rejoined(server, error)
 
 
-async def test_an_instance_answering_nan_is_found_by_its_idle_probes(tmp_path: Path) -> None:
+async def test_an_instance_that_goes_bad_after_n_calls_leaves_and_rejoins_each_time(tmp_path: Path) -> None:
+    """No marker: the instance fails from its 151st call on. Its restart loads it afresh, so it
+    serves 150 more calls and goes bad again: two restarts show the whole cycle twice over."""
+    write_faulty_model(tmp_path / "models", "m", None, after_calls=150)
+    with ServerProcess("--model-repository", str(tmp_path / "models"), "--no-access-log") as server:
+        restarts = _instance_metric(server, "tensorgate_instance_restarts_total")
+        async with Load(f"{server.url}/v2/models/m/infer", clients=16, body=v2_body([[1, 2, 3, 4]])) as load:
+            await _until(lambda: _equals(restarts, 2.0, at_least=True))
+            mark = len(load.answers)
+            await load.until(lambda a, m=mark: len(a) >= m + 200)
+        assert load.failures() == [], load.failures()[:3]
+        assert all(a.computed_by == 2.0 for a in load.answers)
+        _left_and_rejoined(server, DEVICE_ERROR)
+        messages = [str(r.get("message")) for r in server.log_records()]
+        assert sum(f"instance {BAD} of m/1 on cpu is out of rotation" in m for m in messages) >= 2
+
+
+@pytest.mark.parametrize(
+    ("fault", "error", "failures"),
+    [
+        ("nan", "non-finite", 3.0),  # failure_threshold probes in a row
+        ("hang", "the probe ran past its timeout", 1.0),  # a hang is fatal at once; its restart frees it
+    ],
+    ids=["nan", "hang"],
+)
+async def test_an_idle_instance_going_bad_is_found_by_its_probes(
+    tmp_path: Path, fault: str, error: str, failures: float
+) -> None:
     marker = tmp_path / "broken"
-    write_faulty_model(tmp_path / "models", "m", marker, fault="nan")
+    write_faulty_model(tmp_path / "models", "m", marker, fault=fault)
     with ServerProcess("--model-repository", str(tmp_path / "models"), "--no-access-log") as server:
         healthy = _instance_metric(server, "tensorgate_instance_healthy")
         marker.touch()
@@ -88,8 +133,12 @@ async def test_an_instance_answering_nan_is_found_by_its_idle_probes(tmp_path: P
         failed = await asyncio.to_thread(
             metric, server.metrics_url, "tensorgate_instance_probes_total", instance=BAD, outcome="failed"
         )
-        assert failed >= 3
-        _left_and_rejoined(server)
+        assert failed >= failures
+        restarted = await asyncio.to_thread(
+            metric, server.metrics_url, "tensorgate_instance_restarts_total", instance=BAD
+        )
+        assert restarted >= 1
+        _left_and_rejoined(server, error)
 
 
 async def _equals(read: Callable[[], Awaitable[float]], value: float, *, at_least: bool = False) -> bool:
@@ -101,7 +150,11 @@ async def test_a_model_whose_only_instance_goes_bad_is_not_ready_until_it_heals(
     marker = tmp_path / "broken"
     write_faulty_model(tmp_path / "models", "m", marker, count=1, bad_index=0)
     with ServerProcess("--model-repository", str(tmp_path / "models"), "--no-access-log") as server:
-        async with httpx.AsyncClient(base_url=server.url, timeout=10.0) as client:
+        async with (
+            httpx.AsyncClient(base_url=server.url, timeout=10.0) as client,
+            grpc.aio.insecure_channel(server.grpc_address) as channel,
+        ):
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
             async def ready() -> bool:
                 return (await client.get("/v2/health/ready")).status_code == 200
@@ -109,13 +162,48 @@ async def test_a_model_whose_only_instance_goes_bad_is_not_ready_until_it_heals(
             async def not_ready() -> bool:
                 return not await ready()
 
+            async def grpc_ready() -> tuple[bool, bool]:
+                """(ModelReady, ServerReady) over gRPC."""
+                model = await stub.ModelReady(service_pb2.ModelReadyRequest(name="m"), timeout=10)
+                whole = await stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=10)
+                return model.ready, whole.ready
+
+            assert await grpc_ready() == (True, True)
             marker.touch()
             await _until(not_ready)  # its probes take it out: nothing is left in rotation
             assert (await client.get("/v2/models/m/ready")).status_code == 400
+            assert await grpc_ready() == (False, False)
             assert (await client.get("/v2/health/live")).status_code == 200
+            assert (await stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10)).live
             answer = await client.post("/v2/models/m/infer", json=v2_body([[1, 2, 3, 4]]))
             assert answer.status_code == 503 and "no ready version" in answer.json()["error"]
             marker.unlink()
             await _until(ready)
             assert (await client.get("/v2/models/m/ready")).status_code == 200
+            assert await grpc_ready() == (True, True)
             assert (await client.post("/v2/models/m/infer", json=v2_body([[1, 2, 3, 4]]))).status_code == 200
+
+
+async def test_an_input_the_model_refuses_everywhere_is_a_500_and_no_instance_s_fault(tmp_path: Path) -> None:
+    """The model raises on this input on every instance: the retry on another instance raises too,
+    so the input is at fault, not a device. The client gets the 500 of the error table, and however
+    many such requests come, no instance counts a failure (with failure_threshold 3, each would be
+    out several times over if they did)."""
+    write_faulty_model(tmp_path / "models", "m", tmp_path / "never-created")
+    with ServerProcess("--model-repository", str(tmp_path / "models"), "--no-access-log") as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10.0) as client:
+            for _ in range(24):
+                answer = await client.post("/v2/models/m/infer", json=v2_body([[-1e7, 0, 0, 0]]))
+                assert answer.status_code == 500
+                assert answer.json() == {"error": "model 'm' failed to execute the request"}
+            good = await client.post("/v2/models/m/infer", json=v2_body([[1, 2, 3, 4]]))
+            assert good.status_code == 200 and good.json()["outputs"][0]["data"][0] == 2.0
+            assert (await client.get("/v2/health/ready")).status_code == 200
+        scraped = [
+            await asyncio.to_thread(metric, server.metrics_url, name, model="m")
+            for name in ("tensorgate_instance_healthy", "tensorgate_instance_restarts_total")
+        ]
+        assert scraped == [4.0, 0.0]  # all four in rotation, none ever restarted
+        retried = await asyncio.to_thread(metric, server.metrics_url, "tensorgate_request_retries_total", model="m")
+        assert retried >= 24  # each was retried on another instance before the client got its 500
+        assert not any("out of rotation" in str(r.get("message")) for r in server.log_records())
