@@ -130,6 +130,9 @@ class Server:
             fmt=config.server.log_format, enabled=config.server.access_log, replica=config.server.replica_id
         )
         self.metrics.server_info.labels(SERVER_VERSION, config.server.replica_id or "").set(1)
+        # The app the HTTP listener serves, built at start. benchmarks/_granian_tensorgate.py serves
+        # it under another front end (Granian), to compare front ends with the same app behind them.
+        self.http_app: HttpApp | None = None
         self._listeners: list[HttpListener] = []
         self._grpc: GrpcListener | None = None
         self.tracer: Tracer = NOOP_TRACER
@@ -199,25 +202,26 @@ class Server:
             limits=DecodeLimits(max_elements=section.max_elements, max_json_depth=section.max_json_depth),
             tenancy=self.tenancy,
         )
+        self.http_app = HttpApp(
+            self.service,
+            settings,
+            self.clock,
+            self.access_log,
+            self.tracer,
+            self.gate,
+            hosts,
+            self.shared_memory,
+            StatusReport(
+                self.service,
+                self.clock,
+                self.metrics.status,
+                replica=section.replica_id or "",
+                tenants=self.metrics.tenants,
+            ),
+        )
         http = HttpListener(
             "http",
-            HttpApp(
-                self.service,
-                settings,
-                self.clock,
-                self.access_log,
-                self.tracer,
-                self.gate,
-                hosts,
-                self.shared_memory,
-                StatusReport(
-                    self.service,
-                    self.clock,
-                    self.metrics.status,
-                    replica=section.replica_id or "",
-                    tenants=self.metrics.tenants,
-                ),
-            ),
+            self.http_app,
             bind_socket(section.host, section.http_port),
             keep_alive_s=section.keep_alive_s,
             exit_timeout_s=section.exit_timeout_s,
