@@ -4,13 +4,16 @@
 sample of the event-loop thread (every stack not rooted in a ``threading`` bootstrap) is put in
 the stage of its deepest frame that belongs to one; samples where uvloop's ``run_forever`` is the
 leaf (waiting in epoll, or reading and writing sockets in C) are counted apart. Compiled (mypyc)
-functions are invisible to py-spy, so the picture is only complete on the pure-Python build
-(``TENSORGATE_PURE_PYTHON=1 make install``).
+functions are invisible to py-spy, so the picture is only complete on pure Python: ``pure_copy``
+makes a copy of the package's sources without any compiled module, for a server started with
+``pure_env`` (whatever build is installed), and ``compiled_code_in`` checks the running server.
 """
 
 from __future__ import annotations
 
 import collections
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -31,6 +34,42 @@ STAGES = (
     ("asyncio", r"asyncio/"),
 )
 _LINE = re.compile(r":\d+\)$")
+
+
+def pure_copy(dest: Path) -> Path:
+    """The ``tensorgate`` package's sources and package data copied under ``dest``, without any compiled
+    module (or the mypyc build's manifest, replaced by one that says pure); returns ``dest``."""
+    import tensorgate
+
+    source = Path(tensorgate.__file__).parent
+    skip = shutil.ignore_patterns("*.so", "*.pyd", "*.c", "__pycache__", "_build.json")
+    shutil.copytree(source, dest / "tensorgate", ignore=skip)
+    (dest / "tensorgate" / "_build.json").write_text(json.dumps({"compiled": {}, "pure": True}))
+    return dest
+
+
+def pure_env(copy: Path) -> dict[str, str]:
+    """The environment that makes a child Python import ``tensorgate`` from ``copy``: first on the path,
+    and no working directory in front of it (``PYTHONSAFEPATH``: ``python -m`` run from the repository
+    root would otherwise import the checkout, compiled modules and all)."""
+    path = [str(copy), *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return {"PYTHONPATH": os.pathsep.join(path), "PYTHONSAFEPATH": "1"}
+
+
+def imported_from(env: dict[str, str]) -> str:
+    """Where a child Python started with ``env`` imports ``tensorgate`` (and its server) from."""
+    probe = "import tensorgate, tensorgate.server; print(tensorgate.__file__)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+    )
+    return done.stdout.strip() or done.stderr.strip()[-300:]
+
+
+def compiled_code_in(pid: int) -> list[str]:
+    """The mypyc-compiled libraries of tensorgate mapped into a running process (none on pure Python)."""
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    found = {line.split()[-1] for line in maps if "mypyc" in line or ("/tensorgate/" in line and ".so" in line)}
+    return sorted(found)
 
 
 def py_spy() -> str | None:
@@ -66,6 +105,26 @@ def stages(raw: Path) -> tuple[dict[str, int], int]:
         )
         counts[stage] += int(n)
     return dict(counts), in_uvloop
+
+
+def summary(raw: Path, loop_us: float) -> str:
+    """One sentence from the figures: the largest stages, as shares of the Python time and as µs per
+    request (the event loop's measured CPU per request split in proportion to the thread's samples:
+    an estimate, as py-spy also counts a thread that is runnable but waiting for a core)."""
+    counts, in_uvloop = stages(raw)
+    active = sum(counts.values())
+    if not active:
+        return "py-spy took no samples of the event loop."
+    total = active + in_uvloop
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:3]
+    parts = [f"**{name}** {n / active:.0%} (about {loop_us * n / total:.0f} µs)" for name, n in top]
+    return (
+        f"In short: the event loop spent {loop_us:.0f} µs of CPU per request; the largest stages of its Python "
+        f"time are {', '.join(parts[:-1])} and {parts[-1]}, together {sum(n for _, n in top) / active:.0%}; "
+        f"uvloop's C code (socket reads and writes, epoll) had {in_uvloop / total:.0%} of the samples (about "
+        f"{loop_us * in_uvloop / total:.0f} µs). The µs split the measured CPU per request in proportion to "
+        "the samples, an estimate."
+    )
 
 
 def table(raw: Path) -> list[str]:
