@@ -166,6 +166,40 @@ class InferRequest:
         _set(self, "traceparent", traceparent)
         _set(self, "tenant", tenant)
 
+    # Copies with what the protocols and the service add after decoding, written out: on this
+    # class dataclasses.replace costs several microseconds a request, a constructor call a fraction.
+    def with_context(self, request_id: str, traceparent: str | None, tenant: Tenant) -> InferRequest:
+        """The same request with its ids, its trace context and its tenant."""
+        return InferRequest(
+            self.model,
+            self.inputs,
+            self.version,
+            self.outputs,
+            self.parameters,
+            self.priority,
+            self.timeout_s,
+            self.id,
+            request_id,
+            traceparent,
+            tenant,
+        )
+
+    def with_timeout(self, timeout_s: float | None) -> InferRequest:
+        """The same request with another relative deadline."""
+        return InferRequest(
+            self.model,
+            self.inputs,
+            self.version,
+            self.outputs,
+            self.parameters,
+            self.priority,
+            timeout_s,
+            self.id,
+            self.request_id,
+            self.traceparent,
+            self.tenant,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class InferResponse:

@@ -6,7 +6,6 @@ HTTP and gRPC are thin layers over this one object, so a feature written here wo
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
 from typing import Any
 
 from tensorgate.errors import NotFound, TensorgateError
@@ -160,7 +159,7 @@ class InferenceService:
             if not entry.versions and not entry.problem:  # a problem: its config is broken, or unloaded by the API
                 remaining = await self.manager.memory.ensure_loaded(entry, request.timeout_s)
                 if remaining is not None:  # the deadline covers the wait for the load
-                    request = replace(request, timeout_s=remaining)
+                    request = request.with_timeout(remaining)
             return await self._infer_entry(entry, request, traffic_key)
         finally:
             residence.active -= 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
@@ -102,7 +102,7 @@ def _timeout(request: InferRequest, context: Any) -> InferRequest:
     if remaining <= 0:
         raise DeadlineExceeded(f"request to model '{request.model}' arrived after its deadline")
     if request.timeout_s is None or remaining < request.timeout_s:
-        return replace(request, timeout_s=remaining)
+        return request.with_timeout(remaining)
     return request
 
 
@@ -324,7 +324,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             if tenancy.enabled
             else SHARED_TENANT
         )
-        request = replace(request, request_id=request_id, traceparent=span.traceparent or traceparent, tenant=tenant)
+        request = request.with_context(request_id, span.traceparent or traceparent, tenant)
         key = None if sticky is None else metadata.get(sticky)
         response = await self._service.infer(request, key)
         served.version, served.queue_s, served.compute_s = str(response.version), response.queue_s, response.compute_s

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
@@ -476,7 +476,7 @@ class HttpApp:
         if tenancy.enabled:
             tenant = tenancy.resolve(call.identity, call.headers.get(tenancy.header_key))
             if tenant is not SHARED_TENANT:
-                request = replace(request, tenant=tenant)
+                request = request.with_context(request.request_id, request.traceparent, tenant)
         task = asyncio.current_task()
         assert task is not None
         tracer = self._tracer
@@ -489,7 +489,7 @@ class HttpApp:
             spans = tracer.request("", None, _NO_ATTRIBUTES)
         with spans as span:
             if span.traceparent is not None:  # None when tracing is off: no copy of the request
-                request = replace(request, traceparent=span.traceparent)
+                request = request.with_context(request.request_id, span.traceparent, request.tenant)
             watch = call.connection.arm(task) if call.connection is not None else None
             sticky = self._service.sticky_header(request.model)
             key = None if sticky is None else call.header(sticky.encode("latin-1"))
@@ -608,7 +608,7 @@ def _decode_v1(
 
 
 def _with_ids(request: InferRequest, call: Call) -> InferRequest:
-    return replace(request, request_id=call.request_id, traceparent=call.header(b"traceparent"))
+    return request.with_context(call.request_id, call.header(b"traceparent"), request.tenant)
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
