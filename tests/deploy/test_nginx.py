@@ -713,35 +713,20 @@ def faulty_fleet(tmp_path: Path, nginx_binary: str) -> Iterator[tuple[Fleet, Pat
     stop_fleet(started)
 
 
-def test_a_replica_whose_only_instance_goes_bad_leaves_rotation(faulty_fleet: tuple[Fleet, Path]) -> None:
-    """L-3 over HTTP: its batch hangs; the replica answers 503 for it at the batch timeout and turns
-    not ready, nginx sends its requests to the other replicas; once healed it serves again."""
-    fleet, marker = faulty_fleet
-    victim = fleet.replicas[1]
-    with Load("http", fleet.nginx.url) as load:
-        wait_until(lambda: load.ok_count() >= 50 and len(fleet.served_by(fleet.nginx.entries())) == REPLICAS, 30.0)
-        marker.touch()
-        wait_until(lambda: httpx.get(f"{victim.url}/v2/health/ready").status_code != 200, 30.0)
-        broke = len(load.snapshot())
-        wait_until(lambda: len(load.snapshot()) >= broke + 300, 30.0)  # served by the two others meanwhile
-        marker.unlink()
-        wait_until(lambda: httpx.get(f"{victim.url}/v2/health/ready").status_code == 200, 30.0)
-        healed = time.monotonic()
-        wait_until(lambda: time.monotonic() > healed + fail_timeout_s() + 1.0, 30.0)
-    calls, entries = load.snapshot(), fleet.nginx.entries()
-    assert [c for c in calls if not c.ok] == [], [c for c in calls if not c.ok][:5]
-    address = victim.http_address
-    # What the victim could not serve it answered 503, and nginx sent on to another replica.
-    assert any(e.tried[0] == address and len(e.tried) > 1 and e.status == 200 for e in entries)
-    assert any(e.served_by == address for e in entries[-100:] if e.status == 200)  # and it serves again
+@dataclass(frozen=True)
+class BadInstanceRun:
+    calls: list[Call]
+    entries: list[Entry]
+    broke_at: float  # the victim's instance was made bad
+    unready_seen: float  # the victim's readiness was seen false
 
 
-def test_a_replica_whose_only_instance_goes_bad_leaves_rotation_over_grpc(faulty_fleet: tuple[Fleet, Path]) -> None:
-    """L-3 over gRPC: once not ready the replica refuses connections, so nginx sends every later call
-    to the other replicas; once healed and ready it takes connections, and calls, again."""
-    fleet, marker = faulty_fleet
+def break_and_heal(fleet: Fleet, marker: Path, protocol: str) -> BadInstanceRun:
+    """Steady load through nginx while replica 1's only instance goes bad, the replica turns not
+    ready, the others serve 300 calls, the instance heals, and nginx tries the replica again."""
     victim = fleet.replicas[1]
-    with Load("grpc", fleet.nginx.grpc_address) as load:
+    target = fleet.nginx.url if protocol == "http" else fleet.nginx.grpc_address
+    with Load(protocol, target) as load:
         wait_until(lambda: load.ok_count() >= 50 and len(fleet.served_by(fleet.nginx.entries())) == REPLICAS, 30.0)
         broke_at = time.monotonic()
         marker.touch()
@@ -753,16 +738,35 @@ def test_a_replica_whose_only_instance_goes_bad_leaves_rotation_over_grpc(faulty
         wait_until(lambda: httpx.get(f"{victim.url}/v2/health/ready").status_code == 200, 30.0)
         healed = time.monotonic()
         wait_until(lambda: time.monotonic() > healed + fail_timeout_s() + 1.0, 30.0)
-    calls, entries = load.snapshot(), fleet.nginx.entries()
-    by_rid = {e.rid: e for e in entries}
-    failures = [c for c in calls if not c.ok]
-    summary = f"{len(calls)} calls; lost: " + ", ".join(f"{c.rid} {c.outcome} {c.detail}" for c in failures[:8])
+    return BadInstanceRun(load.snapshot(), fleet.nginx.entries(), broke_at, unready_seen)
+
+
+def test_a_replica_whose_only_instance_goes_bad_leaves_rotation(faulty_fleet: tuple[Fleet, Path]) -> None:
+    """L-3 over HTTP: its batch hangs; the replica answers 503 for it at the batch timeout and turns
+    not ready, nginx sends its requests to the other replicas; once healed it serves again."""
+    fleet, marker = faulty_fleet
+    run = break_and_heal(fleet, marker, "http")
+    assert [c for c in run.calls if not c.ok] == [], [c for c in run.calls if not c.ok][:5]
+    address = fleet.replicas[1].http_address
+    # What the victim could not serve it answered 503, and nginx sent on to another replica.
+    assert any(e.tried[0] == address and len(e.tried) > 1 and e.status == 200 for e in run.entries)
+    assert any(e.served_by == address for e in run.entries[-100:] if e.status == 200)  # and it serves again
+
+
+def test_a_replica_whose_only_instance_goes_bad_leaves_rotation_over_grpc(faulty_fleet: tuple[Fleet, Path]) -> None:
+    """L-3 over gRPC: once not ready the replica refuses connections, so nginx sends every later call
+    to the other replicas; once healed and ready it takes connections, and calls, again."""
+    fleet, marker = faulty_fleet
+    run = break_and_heal(fleet, marker, "grpc")
+    by_rid = {e.rid: e for e in run.entries}
+    failures = [c for c in run.calls if not c.ok]
+    summary = f"{len(run.calls)} calls; lost: " + ", ".join(f"{c.rid} {c.outcome} {c.detail}" for c in failures[:8])
     print(f"L-3 grpc: {summary}")
-    address = victim.grpc_address
+    address = fleet.replicas[1].grpc_address
     # Lost: only calls the victim held as its instance went bad, each sent there before it turned not
     # ready (at most one per client), answered UNAVAILABLE; nginx could not send them again.
     assert {c.outcome for c in failures} <= {"UNAVAILABLE"}, summary
     assert all(c.rid in by_rid and by_rid[c.rid].tried == (address,) for c in failures), summary
-    assert all(broke_at <= c.ended and c.started <= unready_seen for c in failures), summary
+    assert all(run.broke_at <= c.ended and c.started <= run.unready_seen for c in failures), summary
     assert len(failures) <= CLIENTS, summary
-    assert any(e.served_by == address for e in entries[-100:] if e.status == 200)  # and it serves again
+    assert any(e.served_by == address for e in run.entries[-100:] if e.status == 200)  # and it serves again
