@@ -127,8 +127,9 @@ def test_twenty_models_under_a_budget_for_five_all_answer_and_the_budget_holds(m
     assert evictions == loads - resident_now  # every load past the budget's five evicted one model
     measured = sorted(r["residency"]["measured_bytes"] for r in _index(many) if r["name"] in used)
     # Measured at the loads: the weights and a little more (a first load in the process pays for
-    # what is set up once besides).
-    assert len(measured) == len(used) and all(8 * MIB <= size <= 16 * MIB for size in measured), measured
+    # what is set up once besides); a resident-size growth may also read a few pages under the
+    # weights, when memory freed elsewhere in the process during the load is reused.
+    assert len(measured) == len(used) and all(7.5 * MIB <= size <= 16 * MIB for size in measured), measured
     assert measured[len(measured) // 2] <= 8.5 * MIB
 
 
