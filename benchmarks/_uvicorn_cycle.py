@@ -2,8 +2,7 @@
 
 ``bench_listener.py`` starts a server through this script, as ``ServerProcess``'s wrapper:
 ``python _uvicorn_cycle.py PART PYTHON -m tensorgate serve ARGS`` runs ``tensorgate serve ARGS`` in
-this process with ``PART`` (``body-parts``: ``_BodyParts``; ``one-write``: ``_OneWriteCycle``)
-replaced by uvicorn's own code.
+this process with ``PART`` (``body-parts``: ``_BodyParts``) replaced by uvicorn's own code.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import sys
 from tensorgate.cli.main import main
 from tensorgate.protocols.http import listener
 
-FLAGS = {"body-parts": "_BODY_PARTS", "one-write": "_ONE_WRITE"}
+FLAGS = {"body-parts": "_BODY_PARTS"}
 
 if __name__ == "__main__":
     part, _python, *command = sys.argv[1:]

@@ -1,14 +1,15 @@
 """The HTTP listener's stand-ins for uvicorn's code, each against uvicorn's own in one run (issue 35).
 
-``tensorgate/protocols/http/listener.py`` replaces two pieces of uvicorn's request cycle:
+``tensorgate/protocols/http/listener.py`` replaces one piece of uvicorn's request cycle:
 ``_BodyParts`` keeps a request body as the chunks it came in (uvicorn grows a bytearray and copies
-it on every read), and ``_OneWriteCycle`` sends a sized response's head and body in one write
-(uvicorn writes them apart). Issue 35 keeps each only where a benchmark in the same run shows it
-paying. Three ``tensorgate serve`` processes over the same repository are up at once: as shipped,
-without ``_BodyParts`` and without ``_OneWriteCycle`` (the same server with one of the listener's
-switches off, started through ``_uvicorn_cycle.py``). Each scenario is driven by ``tensorgate
-bench`` against each server in turn, the order rotated per round, every server's event loop pinned
-to one CPU per round, the CPU alternating (``_placement.py``):
+it on every read). Issue 35 keeps such a part only where a benchmark in the same run shows it
+paying (a second one, ``_OneWriteCycle``, which wrote a sized response's head and body in one
+write, did not pay in this benchmark's run of 2026-12-07 and was dropped: benchmarks/HISTORY.md).
+Two ``tensorgate serve`` processes over the same repository are up at once: as shipped, and
+without ``_BodyParts`` (the same server with the listener's switch off, started through
+``_uvicorn_cycle.py``). Each scenario is driven by ``tensorgate bench`` against each server in
+turn, the order rotated per round, every server's event loop pinned to one CPU per round, the CPU
+alternating (``_placement.py``):
 
 - the MLP at 64 clients, V2 JSON: small bodies and responses, where the write per response counts;
 - the ResNet-shaped input (FP32 [1, 3, 224, 224], 600 KB) on a model that costs next to nothing,
@@ -55,12 +56,8 @@ HERE = Path(__file__).parent
 
 SHIPPED = "as shipped"
 # Server label -> the part _uvicorn_cycle.py turns off (None: the listener as shipped).
-SERVERS: dict[str, str | None] = {
-    SHIPPED: None,
-    "without _BodyParts": "body-parts",
-    "without _OneWriteCycle": "one-write",
-}
-PARTS = {"_BodyParts": "without _BodyParts", "_OneWriteCycle": "without _OneWriteCycle"}
+SERVERS: dict[str, str | None] = {SHIPPED: None, "without _BodyParts": "body-parts"}
+PARTS = {"_BodyParts": "without _BodyParts"}
 STUB_CONFIG = {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_ms": 5}}
 
 
@@ -144,11 +141,11 @@ def section(runs: list[Run], rounds: int, seconds: float) -> list[str]:
     lines = [
         f"## The HTTP listener's stand-ins for uvicorn's code ({STEM}.py)",
         "",
-        "Three `tensorgate serve` processes up at once over one repository: the listener as shipped, and the "
-        "same server with `_BodyParts` (uvicorn's bytearray instead) or `_OneWriteCycle` (uvicorn's cycle, "
-        f"head and body written apart) turned off. {rounds} round(s); in each, every scenario drives each "
+        "Two `tensorgate serve` processes up at once over one repository: the listener as shipped, and the "
+        "same server with `_BodyParts` turned off (uvicorn's bytearray instead). "
+        f"{rounds} round(s); in each, every scenario drives each "
         f"server in turn with `tensorgate bench -z {seconds:g}s` (no warm-up: every request served counts), "
-        "the server order rotated per round, all three event loops pinned to one CPU per round, alternating. "
+        "the server order rotated per round, both event loops pinned to one CPU per round, alternating. "
         f"Client and servers share this machine's {os.cpu_count()} cores. CPU per request: the server's "
         "CPU seconds (every thread) and its event-loop thread's over the run, over the requests it answered. "
         "Medians over the rounds.",
@@ -218,7 +215,7 @@ def main() -> int:
                     "warning",
                     env={"OMP_NUM_THREADS": "1"},
                     wrapper=() if part is None else (sys.executable, str(HERE / "_uvicorn_cycle.py"), part),
-                    wait_ready=False,  # all three load at once; each is waited for below
+                    wait_ready=False,  # both load at once; each is waited for below
                 )
             )
             for name, part in SERVERS.items()

@@ -19,9 +19,6 @@ import orjson
 import uvicorn
 from prometheus_client import CollectorRegistry, make_asgi_app
 from uvicorn.protocols.http.httptools_impl import (
-    HEADER_RE,
-    HEADER_VALUE_RE,
-    STATUS_LINE,
     HttpToolsProtocol,
     RequestResponseCycle,
 )
@@ -53,11 +50,10 @@ CHUNKED_WAKE_BYTES = 1 << 20
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
 
 
-# The two stand-ins below for uvicorn's request-cycle code, both used as shipped.
-# benchmarks/bench_listener.py turns one off in a server of its own, to measure each against
-# uvicorn's own code in the same run; nothing else changes these.
+# The stand-in below for uvicorn's body buffer, used as shipped. benchmarks/bench_listener.py turns
+# it off in a server of its own, to measure it against uvicorn's own code in the same run; nothing
+# else changes this.
 _BODY_PARTS = True  # _BodyParts
-_ONE_WRITE = True  # _OneWriteCycle
 
 
 class _BodyParts:
@@ -88,142 +84,16 @@ class _BodyParts:
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-class _HeadFirst:
-    """Stands in for the transport while uvicorn writes a response body; the held head goes first."""
-
-    __slots__ = ("_transport", "head")
-
-    def __init__(self, transport: asyncio.Transport, head: bytes) -> None:
-        self._transport = transport
-        self.head = head
-
-    def write(self, data: bytes) -> None:
-        head, self.head = self.head, b""
-        if not head:
-            self._transport.write(data)
-        elif len(data) <= _JOIN_BYTES:
-            self._transport.write(head + data)
-        else:  # no copy of a large body; uvloop still sends both in one call
-            self._transport.writelines((head, data))
-
-    def flush(self) -> None:
-        if self.head:
-            self.write(b"")
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-
-# Bodies up to this size are joined to their head (a copy cheaper than a second buffer).
-_JOIN_BYTES = 64 * 1024
-
-
-class _OneWriteCycle(RequestResponseCycle):  # type: ignore[misc]
-    """uvicorn's request cycle, but a response with a Content-Length leaves in one write.
-
-    uvicorn writes the status line and headers when the app sends ``http.response.start`` and the
-    body on ``http.response.body``: two writes, so two ``send(2)`` calls and two TCP segments per
-    response, for the server and for the client to handle. Over loopback each send also runs the
-    receiver's network stack inline. Here the head of a sized response is built and kept, and the
-    body write carries it. A whole body in one message, the usual case, is written here without
-    uvicorn's general send. Streamed (chunked) responses and HEAD are written by uvicorn as before,
-    so a stream's headers still leave before its first event. ``benchmarks/bench_listener.py``
-    measures it against uvicorn's own cycle.
-    """
-
-    transport: Any  # the connection's, or a stand-in while uvicorn writes
-    expected_content_length: int
-    keep_alive: bool
-    _held = b""
+class _Cycle(RequestResponseCycle):  # type: ignore[misc]
+    """uvicorn's request cycle, except that an answer given before the request's body is all in (a
+    refusal: 401, 403, 429, 413) closes the connection after it, rather than reading and
+    discarding the rest: no caller makes the server take a body it refused. uvicorn's send then
+    writes ``connection: close`` and closes once the answer is out."""
 
     async def send(self, message: Any) -> None:
-        if self.disconnected:
-            return
-        if message["type"] == "http.response.start" and not self.response_started:
-            if self.more_body:
-                # Answered before its body is all in (a refusal: 401, 403, 429, 413): close after the
-                # answer rather than read and discard the rest, so no caller makes us take a body we
-                # refused.
-                self.keep_alive = False
-            head = self._sized_head(message) if self.scope["method"] != "HEAD" else None
-            if head is not None:
-                self._held = head
-                return
-            await super().send(message)
-            return
-        if not self._held or message["type"] != "http.response.body" or message.get("more_body", False):
-            await self._send_held(message)
-            return
-        body = message.get("body", b"")
-        if len(body) != self.expected_content_length:
-            raise RuntimeError("response body length differs from its Content-Length")
-        if self.flow.write_paused:
-            await self.flow.drain()
-        head, self._held = self._held, b""
-        transport = self.transport
-        if len(body) <= _JOIN_BYTES:
-            transport.write(head + body)
-        else:  # no copy of a large body; uvloop still sends both in one call
-            transport.writelines((head, body))
-        self.expected_content_length = 0
-        self.response_complete = True
-        self.message_event.set()
-        if not self.keep_alive:
-            transport.close()
-        self.on_response()
-
-    def _sized_head(self, message: Any) -> bytes | None:
-        """The status line and headers of a response with a Content-Length, kept for its body.
-
-        What uvicorn's ``send`` does for the start message (the same header checks, the same
-        keep-alive handling), minus the parts a sized, non-HEAD response never takes. None when the
-        response is not sized (a stream): uvicorn then writes it as ever.
-        """
-        status = message["status"]
-        content = [STATUS_LINE[status]]
-        length = None
-        close = False
-        for name, value in message.get("headers", ()):
-            if HEADER_RE.search(name) or HEADER_VALUE_RE.search(value):
-                raise RuntimeError("invalid HTTP header")
-            name = name.lower()
-            if name == b"content-length" and length is None:
-                length = int(value)
-            elif name == b"transfer-encoding":
-                return None
-            elif name == b"connection" and b"close" in [t.strip().lower() for t in value.split(b",")]:
-                close = True
-            content += (name, b": ", value, b"\r\n")
-        if length is None:
-            return None
-        self.response_started = True
-        self.waiting_for_100_continue = False
-        self.chunked_encoding = False
-        self.expected_content_length = length
-        if close:
+        if message["type"] == "http.response.start" and not self.response_started and self.more_body:
             self.keep_alive = False
-        elif not self.keep_alive:
-            content.append(b"connection: close\r\n")
-        content.append(b"\r\n")
-        return b"".join(content)
-
-    async def _send_held(self, message: Any) -> None:
-        """uvicorn's send, with a head kept by :meth:`send` written first (in one write with the body)."""
-        if not self._held:
-            await super().send(message)
-            return
-        transport: asyncio.Transport = self.transport
-        writer = _HeadFirst(transport, self._held)
-        self.transport, self._held = writer, b""
-        try:
-            await super().send(message)
-        finally:
-            self.transport = transport
-            writer.flush()  # a head whose body was never written (the app failed) still goes out
+        await super().send(message)
 
 
 class _Refused(Exception):
@@ -246,8 +116,8 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
     - A body must be all in within ``body_timeout_s`` of its request's turn (408, and closed): a
       client that declares a length and trickles the bytes cannot hold a connection either. The
       same timer checks it.
-    - An answer given before the body is all in (a refusal) closes the connection after it.
-    - Responses with a Content-Length leave in one write (:class:`_OneWriteCycle`).
+    - An answer given before the body is all in (a refusal) closes the connection after it
+      (:class:`_Cycle`).
 
     Every refusal answers ``{"error": ...}`` and closes the connection.
     """
@@ -368,7 +238,7 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         scope["raw_path"] = self.root_path.encode("ascii") + raw_path
         scope["query_string"] = parsed_url.query or b""
         existing_cycle = self.cycle
-        self.cycle = cycle = (_OneWriteCycle if _ONE_WRITE else RequestResponseCycle)(
+        self.cycle = cycle = _Cycle(
             scope=scope,
             transport=self.transport,
             flow=self.flow,
@@ -433,8 +303,7 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         self.transport.close()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        if _ONE_WRITE:
-            cycle.__class__ = _OneWriteCycle  # uvicorn's own (upgrades, limits) get the one-write send too
+        cycle.__class__ = _Cycle  # uvicorn's own cycles (an upgrade's) close after a refusal too
         # The body is timed from here: a pipelined request's body is not read before its turn.
         self._body_cycle = cycle
         self._body_started = now = self.loop.time()
