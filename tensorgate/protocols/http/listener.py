@@ -63,7 +63,9 @@ class _BodyParts:
     every read; a chunk over an eighth of the buffer makes CPython reallocate it to the exact new
     size, so a 3 MB JSON body read 256 KiB at a time is reallocated a dozen times. uvicorn's read
     calls ``bytes()`` on what it holds: here that is the one chunk itself when there is one (no copy
-    at all), or one join. ``benchmarks/bench_listener.py`` measures it against uvicorn's bytearray.
+    at all), or one join. Against uvicorn's bytearray, ``benchmarks/bench_listener.py`` (2026-12-07)
+    measured 0.94x the event loop's CPU per request for 600 KB binary tensors, in every round, and
+    1.06x for 3 MB JSON bodies: it stays for the binary path, where large tensors come.
     """
 
     __slots__ = ("_parts", "_size")
