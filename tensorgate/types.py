@@ -170,22 +170,13 @@ class InferRequest:
     # class dataclasses.replace costs several microseconds a request, a constructor call a fraction.
     def with_context(self, request_id: str, traceparent: str | None, tenant: Tenant) -> InferRequest:
         """The same request with its ids, its trace context and its tenant."""
-        return InferRequest(
-            self.model,
-            self.inputs,
-            self.version,
-            self.outputs,
-            self.parameters,
-            self.priority,
-            self.timeout_s,
-            self.id,
-            request_id,
-            traceparent,
-            tenant,
-        )
+        return self._copy(self.timeout_s, request_id, traceparent, tenant)
 
     def with_timeout(self, timeout_s: float | None) -> InferRequest:
         """The same request with another relative deadline."""
+        return self._copy(timeout_s, self.request_id, self.traceparent, self.tenant)
+
+    def _copy(self, timeout_s: float | None, request_id: str, traceparent: str | None, tenant: Tenant) -> InferRequest:
         return InferRequest(
             self.model,
             self.inputs,
@@ -195,9 +186,9 @@ class InferRequest:
             self.priority,
             timeout_s,
             self.id,
-            self.request_id,
-            self.traceparent,
-            self.tenant,
+            request_id,
+            traceparent,
+            tenant,
         )
 
 
