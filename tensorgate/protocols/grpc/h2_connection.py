@@ -24,7 +24,7 @@ import h2.settings
 from hyperframe.frame import GoAwayFrame
 
 from tensorgate.protocols.grpc.http2.connection import Http2Limits, peer_name
-from tensorgate.protocols.grpc.http2.frames import ErrorCode
+from tensorgate.protocols.grpc.http2.frames import MAX_STREAM_ID, ErrorCode
 from tensorgate.protocols.grpc.http2.header_blocks import Headers
 from tensorgate.protocols.grpc.http2.stream import StreamOwner
 
@@ -393,7 +393,7 @@ class H2ServerConnection(asyncio.Protocol):
         if not self.goaway_sent and not self.closed and self._transport is not None:
             self._send()
             self._transport.write(
-                GoAwayFrame(0, last_stream_id=(1 << 31) - 1, error_code=ErrorCode.NO_ERROR).serialize()
+                GoAwayFrame(0, last_stream_id=MAX_STREAM_ID, error_code=ErrorCode.NO_ERROR).serialize()
             )
 
     def goaway(self) -> None:

@@ -305,7 +305,6 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         self.transport.close()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        cycle.__class__ = _Cycle  # uvicorn's own cycles (an upgrade's) close after a refusal too
         # The body is timed from here: a pipelined request's body is not read before its turn.
         self._body_cycle = cycle
         self._body_started = now = self.loop.time()
