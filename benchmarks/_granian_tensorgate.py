@@ -62,7 +62,11 @@ class GranianApp:
     async def _start(self) -> None:
         from tensorgate.config.loading import validate
         from tensorgate.config.server_config import ServerConfig
+        from tensorgate.models.status import StatusReport
         from tensorgate.observability.logging import configure_logging
+        from tensorgate.protocols.http.app import HttpApp, HttpSettings
+        from tensorgate.protocols.http.v2_codec import DecodeLimits
+        from tensorgate.security.hosts import HostAllowlist
         from tensorgate.server import Server
 
         # What ServerProcess passes to `tensorgate serve`: every port free (0), log level warning.
@@ -79,7 +83,23 @@ class GranianApp:
         await self.server.start()
         if not self.server.service.ready():
             raise RuntimeError("the models did not load")
-        self.http = self.server.http_app
+        # The app `tensorgate serve` would put behind its own listener, built from the server's parts.
+        section = config.server
+        self.http = HttpApp(
+            self.server.service,
+            HttpSettings(
+                max_body_bytes=section.max_body_bytes,
+                limits=DecodeLimits(max_elements=section.max_elements, max_json_depth=section.max_json_depth),
+                tenancy=self.server.tenancy,
+            ),
+            self.server.clock,
+            self.server.access_log,
+            self.server.tracer,
+            self.server.gate,
+            HostAllowlist.for_bind(section.host, section.allowed_hosts),
+            self.server.shared_memory,
+            StatusReport(self.server.service, self.server.clock, self.server.metrics.status),
+        )
 
 
 app = GranianApp()

@@ -1,9 +1,10 @@
 """tensorgate's HTTP/2 transport against the h2 library's and grpcio's server, behind the same servicers.
 
-``tensorgate/protocols/grpc/http2/`` replaces both: h2 (the I/O-free HTTP/2 state machine,
-``server.grpc_transport: h2``, the same calls on the event loop) and grpcio's server (``grpc.aio``,
-which reads sockets on threads of its own; ``server.grpc_transport: grpcio``). The three servers
-are up at once over one repository and take turns, the order rotated per round:
+``tensorgate/protocols/grpc/http2/`` replaces both: h2 (the I/O-free HTTP/2 state machine; the
+same calls on the event loop, ``_h2_connection.py``) and grpcio's server (``grpc.aio``, which reads
+sockets on threads of its own). The h2 and grpcio servers are ``tensorgate serve`` with its gRPC
+port served by ``_grpc_peer.py`` instead. The three servers are up at once over one repository and
+take turns, the order rotated per round:
 
 1. the MLP at 64 clients (``tensorgate bench --protocol grpc -c 64``): requests/s, latency, and
    the server's event-loop and total CPU per request;
@@ -35,6 +36,7 @@ from tensorgate.examples.build import mlp_model
 from tensorgate.testing import ServerProcess
 
 OUT = Path(__file__).parent / "out"
+PEER = Path(__file__).parent / "_grpc_peer.py"
 STEM = Path(__file__).stem
 TRANSPORTS = ("native", "h2", "grpcio")
 
@@ -80,10 +82,9 @@ def main() -> int:
         servers: dict[str, ServerProcess] = {}
         try:
             for transport in TRANSPORTS:
-                server_config = work / f"{transport}.yaml"
-                server_config.write_text(f"server: {{grpc_transport: {transport}}}\n")
+                command = None if transport == "native" else [sys.executable, str(PEER), transport]
                 servers[transport] = ServerProcess(
-                    "--config", str(server_config), "--model-repository", str(repo), "--log-level", "warning"
+                    "--model-repository", str(repo), "--log-level", "warning", command=command
                 ).__enter__()
             for index in range(args.rounds):
                 for transport in rotated(index):

@@ -130,9 +130,6 @@ class Server:
             fmt=config.server.log_format, enabled=config.server.access_log, replica=config.server.replica_id
         )
         self.metrics.server_info.labels(SERVER_VERSION, config.server.replica_id or "").set(1)
-        # The app the HTTP listener serves, built at start. benchmarks/_granian_tensorgate.py serves
-        # it under another front end (Granian), to compare front ends with the same app behind them.
-        self.http_app: HttpApp | None = None
         self._listeners: list[HttpListener] = []
         self._grpc: GrpcListener | None = None
         self.tracer: Tracer = NOOP_TRACER
@@ -202,7 +199,7 @@ class Server:
             limits=DecodeLimits(max_elements=section.max_elements, max_json_depth=section.max_json_depth),
             tenancy=self.tenancy,
         )
-        self.http_app = HttpApp(
+        app = HttpApp(
             self.service,
             settings,
             self.clock,
@@ -221,7 +218,7 @@ class Server:
         )
         http = HttpListener(
             "http",
-            self.http_app,
+            app,
             bind_socket(section.host, section.http_port),
             keep_alive_s=section.keep_alive_s,
             exit_timeout_s=section.exit_timeout_s,
@@ -343,7 +340,6 @@ class Server:
             tls=self._tls(GRPC_ALPN),
             max_connections=section.max_connections,
             gate=self.gate,
-            transport=section.grpc_transport,
             refuse_when_unready=section.grpc_refuse_when_unready,
         )
         await self._grpc.start()

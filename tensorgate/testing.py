@@ -37,10 +37,13 @@ class ServerProcess:
         grpc: bool = False,
         wrapper: Sequence[str] = (),
         tls_ca: Path | None = None,
+        command: Sequence[str] | None = None,
     ) -> None:
         self._args = list(args)
         self.tls_ca = tls_ca  # the server speaks TLS: its URL is https, checked against this CA
         self._wrapper = list(wrapper)  # a command the server runs under (a profiler), pid and all
+        # What serves, in place of `python -m tensorgate serve`: a program that takes the same flags.
+        self._command = [sys.executable, "-m", "tensorgate", "serve"] if command is None else list(command)
         self._ready_timeout_s = ready_timeout_s
         self._wait_ready = wait_ready
         self._env = env
@@ -80,7 +83,7 @@ class ServerProcess:
 
     def _launch(self) -> None:
         ports_file = Path(self._tmp.name) / "ports.json"
-        command = [*self._wrapper, sys.executable, "-m", "tensorgate", "serve", "--http-port", "0"]
+        command = [*self._wrapper, *self._command, "--http-port", "0"]
         command += ["--ports-file", str(ports_file)]
         if "--no-metrics" not in self._args:
             command += ["--metrics-port", "0"]

@@ -91,10 +91,6 @@ class ServerSection(Strict):
     keep_alive_s: float = Field(default=75.0, gt=0)
     # A gRPC connection with no call open this long gets GOAWAY (clients reconnect); None: never.
     grpc_idle_timeout_s: float | None = Field(default=600.0, gt=0)
-    # native: tensorgate's HTTP/2 on the event loop; h2: the same calls over the h2 library's HTTP/2;
-    # grpcio: grpcio's own server (grpc.aio), which takes no auth, tls, max_connections or admin keys. The other
-    # two are kept to measure them side by side (benchmarks/bench_grpc_transport.py).
-    grpc_transport: Literal["native", "h2", "grpcio"] = "native"
     # While the server is not ready (loading, a model with no healthy instance, draining), the gRPC
     # port takes no connection: nginx, which cannot send a gRPC call twice once it has sent it, then
     # tries another replica instead of passing this one's UNAVAILABLE on (docs/nginx.md).
@@ -141,17 +137,6 @@ class ServerSection(Strict):
     fair_queuing: bool = True
     tenant_header: str = Field(default="X-Tenant", pattern=r"^[A-Za-z0-9-]{1,64}$")
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)  # unknown tenants: weight 1, no bound
-
-    @model_validator(mode="after")
-    def _grpcio_serves_less(self) -> ServerSection:
-        if self.grpc_transport == "grpcio":
-            # grpc.aio runs none of our gate: admin keys would go unchecked on the repository API.
-            gated = ("auth", "tls", "max_connections", "admin_keys_file")
-            refused = [key for key in gated if getattr(self, key) is not None]
-            refused += ["grpc_refuse_when_unready"] if self.grpc_refuse_when_unready else []
-            if refused:
-                raise ValueError(f"grpc_transport grpcio cannot serve with {' or '.join(refused)}: use native")
-        return self
 
     @model_validator(mode="after")
     def _management(self) -> ServerSection:

@@ -21,33 +21,9 @@ def _reference(repo: Path, model: str, name: str, array: np.ndarray) -> np.ndarr
     return session.run(None, {name: array})[0]
 
 
-def _serve_with(transport: str, repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    config = tmp_path_factory.mktemp(transport) / "server.yaml"
-    config.write_text(f"server: {{grpc_transport: {transport}}}\n")
-    with ServerProcess("--config", str(config), "--model-repository", str(repo)) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def grpcio_server(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """The same repository behind grpcio's own server (``server.grpc_transport: grpcio``)."""
-    yield from _serve_with("grpcio", example_repo, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def h2_server(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """The same repository with the calls on the h2 library's HTTP/2 (``server.grpc_transport: h2``)."""
-    yield from _serve_with("h2", example_repo, tmp_path_factory)
-
-
-_SERVERS = {"native": "example_server", "h2": "h2_server", "grpcio": "grpcio_server"}
-
-
-@pytest.fixture(params=list(_SERVERS))
-def client(request: pytest.FixtureRequest) -> Iterator[grpcclient.InferenceServerClient]:
-    """Every test runs against each transport: tensorgate's HTTP/2, h2's, and grpcio's server."""
-    server: ServerProcess = request.getfixturevalue(_SERVERS[request.param])
-    c = grpcclient.InferenceServerClient(server.grpc_address)
+@pytest.fixture()
+def client(example_server: ServerProcess) -> Iterator[grpcclient.InferenceServerClient]:
+    c = grpcclient.InferenceServerClient(example_server.grpc_address)
     yield c
     c.close()
 

@@ -1,7 +1,4 @@
-"""The gRPC transports (HTTP/2 on the event loop) on their own, with test services, in this process.
-
-Every test runs on both of the server's HTTP/2 connections, tensorgate's own (``native``) and the
-h2 library's (``h2``), except where h2 behaves otherwise by design (said at the test).
+"""The gRPC transport (tensorgate's HTTP/2 on the event loop) on its own, with test services, in this process.
 
 grpcio's client checks that real clients get what gRPC specifies: deadlines, cancellation,
 metadata, compression, streaming, messages larger than every flow-control window. Raw frames
@@ -28,7 +25,7 @@ from tensorgate.protocols.grpc.call import CLIENT_DEADLINE_SLACK_S, CallSettings
 from tensorgate.protocols.grpc.http2 import frames as f
 from tensorgate.protocols.grpc.http2.connection import Http2Limits
 from tensorgate.protocols.grpc.methods import MethodTable
-from tensorgate.protocols.grpc.server import GrpcServer, Transport
+from tensorgate.protocols.grpc.server import GrpcServer
 
 MAX_MESSAGE = 32 * 1024 * 1024
 
@@ -86,20 +83,12 @@ def _table(service: EchoService) -> MethodTable:
     return table
 
 
-TRANSPORTS: list[Transport] = ["native", "h2"]
-
-
-@pytest.fixture(params=TRANSPORTS)
-def transport(request: pytest.FixtureRequest) -> Transport:
-    return request.param  # type: ignore[no-any-return]
-
-
 @pytest.fixture()
-async def served(transport: Transport) -> AsyncIterator[tuple[EchoService, int]]:
+async def served() -> AsyncIterator[tuple[EchoService, int]]:
     limits = Http2Limits(
         max_concurrent_streams=8, stream_window=1 << 20, connection_window=4 << 20, preface_timeout_s=0.5
     )
-    async with _served_with(limits, transport) as served:
+    async with _served_with(limits) as served:
         yield served
 
 
@@ -332,22 +321,6 @@ async def _until_trailers(client: RawClient) -> list[Frame]:
     return frames
 
 
-# Where h2 answers otherwise: it calls an HPACK failure a PROTOCOL_ERROR, reads a frame whole
-# before it checks its size against the 16 KiB it advertises, and bounds a header block by 64
-# CONTINUATION frames rather than by its size.
-H2_ANSWERS = {
-    "a header block hpack cannot read": (
-        f.frame(f.HEADERS, f.END_HEADERS, 1, b"\xff\xff\xff\xff"),
-        f.ErrorCode.PROTOCOL_ERROR,
-    ),
-    "an endless header block": (
-        f.frame(f.HEADERS, 0, 1, b"\x83") + f.frame(f.CONTINUATION, 0, 1, b"\0" * 100) * 70,
-        f.ErrorCode.PROTOCOL_ERROR,
-    ),
-    "a control frame of 20 kB": (f.frame(f.SETTINGS, 0, 0, b"\0" * 20_004), f.ErrorCode.FRAME_SIZE_ERROR),
-}
-
-
 @pytest.mark.parametrize(
     ("name", "frame", "code"),
     [
@@ -379,10 +352,7 @@ async def test_protocol_errors_end_only_that_connection(
     frame: bytes,
     code: f.ErrorCode,
     raw: Connect,
-    transport: Transport,
 ) -> None:
-    if transport == "h2":
-        frame, code = H2_ANSWERS.get(name, (frame, code))
     client = await raw()
     client.writer.write(frame)
     frames = await client.frames_until(GoAwayFrame)
@@ -392,38 +362,27 @@ async def test_protocol_errors_end_only_that_connection(
 
 
 async def test_data_over_the_stream_window_resets_that_stream(
-    served: tuple[EchoService, int], channel: grpc.aio.Channel, raw: Connect, transport: Transport
+    served: tuple[EchoService, int], channel: grpc.aio.Channel, raw: Connect
 ) -> None:
     client = await raw()
     client.headers(1)
     size = (1 << 20) + 1000  # the fixture's stream window is 1 MiB
     client.writer.write(f.frame(f.DATA, 0, 1, b"\0" + struct.pack(">I", size) + b"\0" * size))
-    if transport == "h2":  # h2 reads frames of 16 KiB at most, and ends the connection over a window
-        frames = await client.frames_until(GoAwayFrame)
-        assert frames[-1].error_code == f.ErrorCode.FRAME_SIZE_ERROR
-    else:
-        frames = await client.frames_until(RstStreamFrame)
-        assert frames[-1].stream_id == 1 and frames[-1].error_code == f.ErrorCode.FLOW_CONTROL_ERROR
+    frames = await client.frames_until(RstStreamFrame)
+    assert frames[-1].stream_id == 1 and frames[-1].error_code == f.ErrorCode.FLOW_CONTROL_ERROR
     await _still_serves(channel)
 
 
 async def test_streams_over_the_limit_are_refused(
-    served: tuple[EchoService, int], channel: grpc.aio.Channel, raw: Connect, transport: Transport
+    served: tuple[EchoService, int], channel: grpc.aio.Channel, raw: Connect
 ) -> None:
     client = await raw()
     for stream_id in range(1, 19, 2):  # nine calls; the fixture allows eight at once per connection
         client.headers(stream_id, sleep="30")
         client.message(stream_id, b"x")
-    if transport == "h2":
-        # h2 takes a stream over the advertised limit for the whole connection's error, and the
-        # calls that came in the same read with it never start.
-        frames = await client.frames_until(GoAwayFrame)
-        assert (frames[-1].last_stream_id, frames[-1].error_code) == (15, f.ErrorCode.PROTOCOL_ERROR)
-        assert served[0].most_sleeping <= 8
-    else:
-        frames = await client.frames_until(RstStreamFrame)
-        assert (frames[-1].stream_id, frames[-1].error_code) == (17, f.ErrorCode.REFUSED_STREAM)
-        assert served[0].most_sleeping == 8
+    frames = await client.frames_until(RstStreamFrame)
+    assert (frames[-1].stream_id, frames[-1].error_code) == (17, f.ErrorCode.REFUSED_STREAM)
+    assert served[0].most_sleeping == 8
     await _still_serves(channel)  # another connection has its own eight
 
 
@@ -468,9 +427,9 @@ async def test_a_wrong_method_or_content_type_is_an_http_error(served: tuple[Ech
 
 
 @contextlib.asynccontextmanager
-async def _served_with(limits: Http2Limits, transport: Transport) -> AsyncIterator[tuple[EchoService, int]]:
+async def _served_with(limits: Http2Limits) -> AsyncIterator[tuple[EchoService, int]]:
     service = EchoService()
-    server = GrpcServer(_table(service), CallSettings(MAX_MESSAGE, MAX_MESSAGE), limits, transport=transport)
+    server = GrpcServer(_table(service), CallSettings(MAX_MESSAGE, MAX_MESSAGE), limits)
     port = await server.start("127.0.0.1", 0)
     try:
         yield service, port
@@ -489,8 +448,8 @@ def _status(frames: list[Frame]) -> str | None:
     return status
 
 
-async def test_a_connection_idle_past_the_timeout_gets_goaway_and_is_closed(transport: Transport) -> None:
-    async with _served_with(Http2Limits(idle_timeout_s=0.2), transport) as (_, port):
+async def test_a_connection_idle_past_the_timeout_gets_goaway_and_is_closed() -> None:
+    async with _served_with(Http2Limits(idle_timeout_s=0.2)) as (_, port):
         client = await RawClient.connect(port, f.PREFACE + f.settings({}))
         client.headers(1)
         client.message(1, b"hello")
@@ -502,8 +461,8 @@ async def test_a_connection_idle_past_the_timeout_gets_goaway_and_is_closed(tran
         client.writer.close()
 
 
-async def test_a_call_open_past_the_idle_timeout_keeps_its_connection(transport: Transport) -> None:
-    async with _served_with(Http2Limits(idle_timeout_s=0.2), transport) as (service, port):
+async def test_a_call_open_past_the_idle_timeout_keeps_its_connection() -> None:
+    async with _served_with(Http2Limits(idle_timeout_s=0.2)) as (service, port):
         client = await RawClient.connect(port, f.PREFACE + f.settings({}))
         client.headers(1, sleep="0.6", grpc_timeout="10S")  # three idle timeouts long
         client.message(1, b"x")
@@ -515,8 +474,7 @@ async def test_a_call_open_past_the_idle_timeout_keeps_its_connection(transport:
 
 
 async def test_the_clients_goaway_lets_its_open_call_finish_then_closes() -> None:
-    # Native only: h2 sends nothing once the client's GOAWAY is in, so its open calls end with it.
-    async with _served_with(Http2Limits(idle_timeout_s=None), "native") as (service, port):
+    async with _served_with(Http2Limits(idle_timeout_s=None)) as (service, port):
         client = await RawClient.connect(port, f.PREFACE + f.settings({}))
         client.headers(1, sleep="0.2", grpc_timeout="10S")
         client.message(1, b"x")
@@ -534,9 +492,9 @@ async def test_the_clients_goaway_lets_its_open_call_finish_then_closes() -> Non
 # -- shutdown and pauses: nothing a client has sent is dropped -----------------------------------
 
 
-async def test_a_call_sent_across_the_first_goaway_is_served(transport: Transport) -> None:
+async def test_a_call_sent_across_the_first_goaway_is_served() -> None:
     service = EchoService()
-    server = GrpcServer(_table(service), CallSettings(MAX_MESSAGE, MAX_MESSAGE), Http2Limits(), transport=transport)
+    server = GrpcServer(_table(service), CallSettings(MAX_MESSAGE, MAX_MESSAGE), Http2Limits())
     port = await server.start("127.0.0.1", 0)
     client = await RawClient.connect(port, f.PREFACE + f.settings({}))
     await client.frames_until(SettingsFrame)  # the connection is up
@@ -552,9 +510,9 @@ async def test_a_call_sent_across_the_first_goaway_is_served(transport: Transpor
     client.writer.close()
 
 
-async def test_a_paused_server_serves_the_connections_queued_and_refuses_new_ones(transport: Transport) -> None:
+async def test_a_paused_server_serves_the_connections_queued_and_refuses_new_ones() -> None:
     service = EchoService()
-    server = GrpcServer(_table(service), CallSettings(MAX_MESSAGE, MAX_MESSAGE), Http2Limits(), transport=transport)
+    server = GrpcServer(_table(service), CallSettings(MAX_MESSAGE, MAX_MESSAGE), Http2Limits())
     port = await server.start("127.0.0.1", 0)
     try:
         # Connected by the kernel, not yet accepted by the loop (nothing awaited in between): the

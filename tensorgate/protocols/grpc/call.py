@@ -72,8 +72,8 @@ class _StatusError(Exception):
 
 
 class CallStream(Protocol):
-    """The stream operations a call uses, on either transport (``http2.stream.Stream``, native;
-    ``h2_connection.H2Stream``)."""
+    """The stream operations a call uses (``http2.stream.Stream``; a benchmark runs the same calls over
+    the h2 library's streams)."""
 
     def send_headers(self, headers: Headers, end_stream: bool = False, flush: bool = True) -> None: ...
 

@@ -1,7 +1,6 @@
-"""The gRPC listener: the inference service, health checking and reflection, over the HTTP/2 transport
-``server.grpc_transport`` picks: tensorgate's own (:mod:`tensorgate.protocols.grpc.http2`, the default;
-its connection module says why not grpcio's server) or the ``h2`` library's, both read on the event
-loop, or grpcio's server (``grpc.aio``), which reads on threads of its own.
+"""The gRPC listener: the inference service, health checking and reflection, over tensorgate's own
+HTTP/2 (:mod:`tensorgate.protocols.grpc.http2`, read on the event loop; its connection module says
+why not grpcio's server).
 
 Started by the :class:`~tensorgate.server.Server` after the HTTP listeners and stopped right after
 them. ``stop`` sends GOAWAY (no new calls; see ``GrpcServer.stop``) and lets calls in flight finish
@@ -17,7 +16,6 @@ import contextlib
 import logging
 import ssl
 from dataclasses import replace
-from typing import Any, Literal
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
@@ -27,7 +25,6 @@ from tensorgate.models.service import InferenceService
 from tensorgate.observability.tracing import Tracer
 from tensorgate.protocols.grpc.call import CallSettings
 from tensorgate.protocols.grpc.generated import _pool
-from tensorgate.protocols.grpc.grpcio_server import GrpcioServer
 from tensorgate.protocols.grpc.health import INFERENCE_SERVICE, ReadinessHealth
 from tensorgate.protocols.grpc.http2.connection import Http2Limits
 from tensorgate.protocols.grpc.methods import MethodTable
@@ -76,36 +73,25 @@ class GrpcListener:
         tls: ssl.SSLContext | None = None,
         max_connections: int | None = None,
         gate: Gate | None = None,
-        transport: Literal["native", "h2", "grpcio"] = "native",
         refuse_when_unready: bool = False,
     ) -> None:
         self.name = "grpc"
         self._service = service
-        # Refusing connections needs our own accept (the configuration refuses it with grpcio).
-        self._refuse_when_unready = refuse_when_unready and transport != "grpcio"
+        self._refuse_when_unready = refuse_when_unready
         if self._refuse_when_unready:
             settings = replace(settings, on_unavailable=self.readiness_changed)
         self._host, self._requested_port = host, port
         self._address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._health = ReadinessHealth(service)
-        server: GrpcServer | GrpcioServer
-        if transport == "grpcio":
-            server = GrpcioServer(max_message_bytes, MAX_SEND_BYTES, limits.max_concurrent_streams)
-            methods: Any = server.methods
-        else:
-            methods = MethodTable()
+        methods = MethodTable()
         add_to_server(InferenceServicer(service, settings, tracer, clock), methods)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, methods)
         names = (INFERENCE_SERVICE, HEALTH_SERVICE, reflection.SERVICE_NAME)
         reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
             reflection.aio.ReflectionServicer(names, pool=_reflection_pool()), methods
         )
-        if transport != "grpcio":
-            call_settings = CallSettings(max_receive_bytes=max_message_bytes, max_send_bytes=MAX_SEND_BYTES, gate=gate)
-            server = GrpcServer(
-                methods, call_settings, limits, tls=tls, max_connections=max_connections, transport=transport
-            )
-        self._server = server
+        call_settings = CallSettings(max_receive_bytes=max_message_bytes, max_send_bytes=MAX_SEND_BYTES, gate=gate)
+        self._server = GrpcServer(methods, call_settings, limits, tls=tls, max_connections=max_connections)
         self._port = 0
         self._refresher: asyncio.Task[None] | None = None
 
@@ -126,7 +112,7 @@ class GrpcListener:
         with ``refuse_when_unready``, stop taking connections now rather than at the next look.
         Taking them again is the refresher's, which looks every ``HEALTH_REFRESH_S``."""
         server = self._server
-        if not self._refuse_when_unready or not isinstance(server, GrpcServer):
+        if not self._refuse_when_unready:
             return
         if server.accepting and not self._service.ready():
             server.pause()
@@ -137,7 +123,7 @@ class GrpcListener:
         ``refuse_when_unready``); the server calls it as it turns ready after loading its models."""
         self.readiness_changed()
         server = self._server
-        if isinstance(server, GrpcServer) and not server.accepting and self._service.ready():
+        if not server.accepting and self._service.ready():
             await server.resume()
             log.info("gRPC port %d takes connections again: the server is ready", self._port)
 
@@ -159,7 +145,4 @@ class GrpcListener:
                 await self._refresher
         await self._health.enter_graceful_shutdown()
         await asyncio.sleep(0)  # Watch streams send NOT_SERVING; they never end alone, so end them
-        if isinstance(self._server, GrpcioServer):
-            await self._server.stop(grace_s)
-        else:
-            await self._server.stop(grace_s, end_at_once=lambda call: call.path == WATCH_PATH)
+        await self._server.stop(grace_s, end_at_once=lambda call: call.path == WATCH_PATH)

@@ -12,16 +12,15 @@ import os
 import socket
 import ssl
 from collections.abc import Callable
-from typing import Literal, Protocol
+from typing import Protocol, cast
 
-from tensorgate.protocols.grpc.call import Call, CallSettings, CallStream, open_call
-from tensorgate.protocols.grpc.h2_connection import H2ServerConnection
+from tensorgate.protocols.grpc.call import Call, CallConnection, CallSettings, CallStream, open_call
 from tensorgate.protocols.grpc.http2.connection import Http2Limits, Http2ServerConnection
 from tensorgate.protocols.grpc.http2.header_blocks import Headers
 from tensorgate.protocols.grpc.methods import MethodTable
 
-# The HTTP/2 connections the server can run its calls on: tensorgate's own, or the h2 library's.
-Transport = Literal["native", "h2"]
+# Opens the call a new stream carries (None: the stream was refused).
+Opener = Callable[[CallStream, Headers], Call | None]
 
 
 log = logging.getLogger(__name__)
@@ -33,7 +32,9 @@ GOAWAY_WARNING_S = 0.1
 HANDSHAKE_TIMEOUT_S = 10.0
 
 
-class _Connection(Protocol):
+class Connection(CallConnection, Protocol):
+    """What the server and its calls need of the HTTP/2 connection an accepted socket runs on."""
+
     def warn_goaway(self) -> None: ...
 
     def goaway(self) -> None: ...
@@ -53,18 +54,7 @@ class _Native(Http2ServerConnection):
     neither ``connection_made`` nor ``connection_lost`` on a connection whose TLS handshake fails, so
     one counted at accept would hold its ``max_connections`` place for ever."""
 
-    counted: set[_Connection]
-    cap: int | None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if _counted(self, transport):
-            super().connection_made(transport)
-
-
-class _H2(H2ServerConnection):
-    """The h2 library's connection, counted from ``connection_made`` like :class:`_Native`."""
-
-    counted: set[_Connection]
+    counted: set[Connection]
     cap: int | None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -78,7 +68,7 @@ def _taken(task: asyncio.Task[object]) -> None:
         log.debug("a connection taken at a pause failed: %s", task.exception())
 
 
-def _counted(conn: _Native | _H2, transport: asyncio.BaseTransport) -> bool:
+def _counted(conn: _Native, transport: asyncio.BaseTransport) -> bool:
     """Count ``conn``, or close it unread when its server's connections are at the cap (checked here
     too: several connections accepted at once are all made before any is counted)."""
     if conn.cap is not None and len(conn.counted) >= conn.cap:
@@ -97,19 +87,17 @@ class GrpcServer:
         *,
         tls: ssl.SSLContext | None = None,
         max_connections: int | None = None,
-        transport: Transport = "native",
     ) -> None:
         self._methods = methods
-        self._transport = transport
         self._settings = settings
-        self._limits = limits
+        self.limits = limits
         self._tls = tls
         self._max_connections = max_connections
         self._server: asyncio.Server | None = None
         self._host: str | None = None
         self._port = 0
         self._queued: set[asyncio.Task[object]] = set()  # connections taken from the kernel's queue at a pause
-        self._connections: set[_Connection] = set()
+        self._connections: set[Connection] = set()
         self._calls: set[Call] = set()
 
     async def start(self, host: str | None, port: int) -> int:
@@ -176,16 +164,21 @@ class GrpcServer:
     def _connection(self) -> asyncio.Protocol:
         if self._max_connections is not None and len(self._connections) >= self._max_connections:
             return _TurnedAway()
-        conn: _Native | _H2
+        conn: Connection
 
         def opener(stream: CallStream, headers: Headers) -> Call | None:
             return open_call(stream, headers, conn, self._methods, self._settings, self._calls)
 
-        if self._transport == "h2":
-            conn = _H2(opener, self._limits, self._connections.discard)
-        else:
-            conn = _Native(opener, self._limits, self._connections.discard)
-        conn.counted, conn.cap = self._connections, self._max_connections  # counted once its handshake is done
+        conn = self.make_connection(opener, self._connections.discard)
+        return cast(asyncio.Protocol, conn)
+
+    def make_connection(self, opener: Opener, on_closed: Callable[[Connection], None]) -> Connection:
+        """The HTTP/2 connection an accepted socket runs on: tensorgate's own, counted among the
+        server's connections once its handshake is done. ``opener`` opens a call per stream and
+        ``on_closed`` is told when the connection ends. (A subclass may run the same calls over
+        another HTTP/2 implementation: ``benchmarks/bench_grpc_transport.py`` does.)"""
+        conn = _Native(opener, self.limits, on_closed)
+        conn.counted, conn.cap = self._connections, self._max_connections
         return conn
 
     async def stop(self, grace_s: float, end_at_once: Callable[[Call], bool] = lambda call: False) -> None:

@@ -50,12 +50,6 @@ CHUNKED_WAKE_BYTES = 1 << 20
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
 
 
-# The stand-in below for uvicorn's body buffer, used as shipped. benchmarks/bench_listener.py turns
-# it off in a server of its own, to measure it against uvicorn's own code in the same run; nothing
-# else changes this.
-_BODY_PARTS = True  # _BodyParts
-
-
 class _BodyParts:
     """The body bytes that arrived since the app last read, as the chunks they came in.
 
@@ -269,12 +263,9 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         if (self.parser.should_upgrade() and self._should_upgrade()) or self.cycle.response_complete:
             return
         parts = self.cycle.body
-        if not _BODY_PARTS:
-            parts += body  # uvicorn's bytearray
-        else:
-            if not isinstance(parts, _BodyParts):  # uvicorn sets a fresh bytearray after every read
-                parts = self.cycle.body = _BodyParts(parts)
-            parts.append(body)
+        if not isinstance(parts, _BodyParts):  # uvicorn sets a fresh bytearray after every read
+            parts = self.cycle.body = _BodyParts(parts)
+        parts.append(body)
         # A body with a Content-Length (which the app has checked against its limit before reading)
         # wakes the app once, when complete (uvicorn's on_message_complete), not per chunk: a 600 KB
         # tensor arrives in about ten reads, and each wake-up was a task step, a receive message and

@@ -63,10 +63,6 @@ def test_paths_in_a_config_file_are_relative_to_it(tmp_path: Path, monkeypatch: 
         ({"metrics_tls": True}, "metrics_tls needs tls"),
         ({"auth": {"public_health": False}}, "auth needs api_keys_file or jwt"),
         ({"auth": {"api_keys_file": "k", "rate_limit": {"requests_per_s": 0}}}, "greater than 0"),
-        ({"grpc_transport": "grpcio", "auth": {"api_keys_file": "k"}}, "grpcio cannot serve with auth"),
-        ({"grpc_transport": "grpcio", "max_connections": 8}, "grpcio cannot serve with max_connections"),
-        ({"grpc_transport": "grpcio", "admin_keys_file": "k"}, "grpcio cannot serve with admin_keys_file"),
-        ({"grpc_transport": "grpcio", "grpc_refuse_when_unready": True}, "cannot serve with grpc_refuse_when_unready"),
     ],
 )
 def test_settings_that_cannot_work_are_refused(tmp_path: Path, server: dict[str, object], expected: str) -> None:

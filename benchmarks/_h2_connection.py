@@ -1,12 +1,12 @@
-"""gRPC's HTTP/2 through the ``h2`` library: the ``server.grpc_transport: h2`` connection.
+"""gRPC's HTTP/2 through the ``h2`` library, for ``bench_grpc_transport.py`` to measure against ours.
 
-The same calls (:mod:`tensorgate.protocols.grpc.call`) and limits (:class:`Http2Limits`) as the
-native transport (:mod:`tensorgate.protocols.grpc.http2`); h2 keeps the protocol's state (frames,
+The same calls (:mod:`tensorgate.protocols.grpc.call`) and limits (:class:`Http2Limits`) as
+tensorgate's transport (:mod:`tensorgate.protocols.grpc.http2`); h2 keeps the protocol's state (frames,
 HPACK, flow control, stream states) and this module turns its events into the calls' stream
 operations. Two differences follow from h2: our GOAWAY is written as a frame of our own, because
 h2 refuses to send anything on a connection once it has sent one (the calls in flight must still
 answer); and a client's GOAWAY ends the calls still open on that connection, for the same reason.
-``benchmarks/bench_grpc_transport.py`` measures this transport against the native one.
+:class:`H2GrpcServer` is tensorgate's gRPC server with its connections made here.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from tensorgate.protocols.grpc.http2.connection import Http2Limits, peer_name
 from tensorgate.protocols.grpc.http2.frames import MAX_STREAM_ID, ErrorCode
 from tensorgate.protocols.grpc.http2.header_blocks import Headers
 from tensorgate.protocols.grpc.http2.stream import StreamOwner
+from tensorgate.protocols.grpc.server import Connection, GrpcServer, Opener
 
 log = logging.getLogger(__name__)
 
@@ -417,3 +418,10 @@ class H2ServerConnection(asyncio.Protocol):
         if self._transport is not None and not self.closed:
             self.closed = True
             self._transport.close()
+
+
+class H2GrpcServer(GrpcServer):
+    """tensorgate's gRPC server (accept, calls, shutdown) with each connection on the h2 library."""
+
+    def make_connection(self, opener: Opener, on_closed: Callable[[Connection], None]) -> Connection:
+        return H2ServerConnection(opener, self.limits, on_closed)  # type: ignore[arg-type,return-value]
