@@ -157,6 +157,9 @@ class GenerationStream:
     first_token_at: float | None = None
     stop: tuple[str, ...] = ()
     incremental: bool = True
+    # Told once, when the reader is done with the stream, whether an error ended it (the service's
+    # traffic state judges a canary by this, as it does by tensor requests).
+    on_end: Callable[[bool], None] | None = field(default=None, repr=False)
 
     def put(self, item: TokenEvent | BaseException) -> None:
         """Hand the reader its next event, or the error that ends the stream."""
@@ -169,6 +172,7 @@ class GenerationStream:
         """The events as they come. With ``coalesce``, tokens already waiting when the caller comes
         back are merged into one event (their texts joined, ``count`` summed): a streaming client
         that falls behind gets fewer, larger chunks instead of a growing backlog."""
+        failed = False
         try:
             while True:
                 item = await self._queue.get()
@@ -190,13 +194,18 @@ class GenerationStream:
                         item.count + following.count,
                     )
                 if isinstance(item, BaseException):
+                    failed = True
                     raise item
                 yield item
                 if item.finish_reason is not None:
+                    failed = item.finish_reason is FinishReason.ERROR
                     return
         finally:
             if self.finish_reason is None:
                 self.cancel()
+            on_end, self.on_end = self.on_end, None
+            if on_end is not None:
+                on_end(failed)
 
     def cancel(self) -> None:
         """The client went away: free the slot and the cache at the next step."""

@@ -37,7 +37,8 @@ from tensorgate.protocols.grpc.http2.connection import Http2Limits
 from tensorgate.protocols.grpc.listener import GrpcListener
 from tensorgate.protocols.grpc.servicer import GrpcSettings
 from tensorgate.protocols.http.app import HttpApp, HttpSettings
-from tensorgate.protocols.http.listener import HttpListener, metrics_app
+from tensorgate.protocols.http.listener import HttpListener
+from tensorgate.protocols.http.metrics_app import metrics_app
 from tensorgate.protocols.http.v2_codec import DecodeLimits
 from tensorgate.protocols.shared_memory import SharedMemoryRegions
 from tensorgate.protocols.tenancy import Tenancy
@@ -306,7 +307,7 @@ class Server:
             baseline = await asyncio.to_thread(fingerprint_repository, polled.resolve())
         sources, root = await asyncio.to_thread(self.model_sources)
         self.repository = self._repository_control(root, flat)
-        self.service.repository = self.repository
+        self.service.attach_repository(self.repository)
         if polled is not None:
             sources = [
                 with_revisions(s, baseline[s.name]) if s.name in baseline else s
@@ -388,9 +389,7 @@ class Server:
             self._certificate_task.cancel()
         if self.repository is not None:
             await self.repository.aclose()  # no change starts while the models stop
-        abandoned = sum(
-            v.scheduler.queued + v.scheduler.running for e in self.manager.models.values() for v in e.versions.values()
-        )
+        abandoned = sum(v.queued + v.running for e in self.manager.models.values() for v in e.versions.values())
         if abandoned:
             log.warning("stopping models with %d request(s) still queued or running", abandoned)
         await self.manager.aclose(drain_timeout_s=max(0.0, deadline - self.clock.now()))

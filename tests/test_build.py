@@ -31,7 +31,7 @@ def test_every_module_setup_compiled_is_loaded_compiled() -> None:
 def test_the_per_request_classes_are_built_by_compiled_code() -> None:
     """A dataclass compiled by mypyc keeps a generated __init__, which stays interpreted (several
     times slower); the classes a request builds write theirs out, and must keep doing so."""
-    from tensorgate.protocols.http.app import Call
+    from tensorgate.protocols.http.exchange import Call
     from tensorgate.protocols.http.v2_codec import OutputPrefs
     from tensorgate.scheduling.batch_policy import Decision
     from tensorgate.scheduling.pending import Pending

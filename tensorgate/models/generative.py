@@ -1,16 +1,16 @@
 """Generative model versions: a causal LM behind a continuous-batching engine.
 
-A :class:`GenerativeModelVersion` is a :class:`ModelVersion` (so readiness, metadata, routing and
-the V2 ``infer`` path keep working: ``text_input`` BYTES in, ``text_output`` BYTES out) that also
-exposes :meth:`submit` for streaming generation, used by the OpenAI and generate routes. Its V2
-``infer`` runs through small adapter instances that submit each row to the shared engine.
+A :class:`GenerativeVersion` is a :class:`~tensorgate.models.servable.Servable` (readiness,
+metadata, routing and the V2 ``infer`` path: ``text_input`` BYTES in, ``text_output`` BYTES out,
+each row one generation) and a :class:`~tensorgate.models.servable.TextGenerator`: :meth:`submit`
+streams one generation, for the OpenAI and generate routes. The engine admits, queues and batches
+every generation, whichever way it came.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 
 import numpy as np
 
@@ -20,64 +20,26 @@ from tensorgate.clock import Clock
 from tensorgate.config.model_config import LLMSettings
 from tensorgate.errors import InvalidInput, ModelLoadError, TensorgateError, Unavailable
 from tensorgate.generation import GenerationStream, GenerativeRunner, SamplingParams, TextCodec, collect
-from tensorgate.instances.base import Instance, ModelFailed
 from tensorgate.instances.factory import placements
-from tensorgate.instances.pool import InstancePool
-from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
+from tensorgate.models.model_version import serials
+from tensorgate.models.response_cache import VersionCache
+from tensorgate.models.servable import InstanceView, VersionState, VersionStatus
 from tensorgate.models.specs import resolve_specs
+from tensorgate.models.validation import TensorRules
 from tensorgate.observability.metrics import Metrics
 from tensorgate.repository.source import ModelSource, VersionSource
 from tensorgate.scheduling.continuous.engine import Engine, EngineSettings
 from tensorgate.scheduling.continuous.kv_budget import KVBudget
 from tensorgate.scheduling.continuous.step_scheduler import SchedulerSettings, StepScheduler
 from tensorgate.scheduling.scheduler import QueueSettings
-from tensorgate.types import Array, DataType, TensorSpec
+from tensorgate.scheduling.statistics import InferenceStatistics
+from tensorgate.types import DataType, InferRequest, InferResponse, ModelMetadata, TensorSpec
 
 log = logging.getLogger(__name__)
 
 PLATFORM = "pytorch_causal_lm"
 TEXT_INPUT = TensorSpec("text_input", DataType.BYTES, (-1, 1))
 TEXT_OUTPUT = TensorSpec("text_output", DataType.BYTES, (-1, 1))
-# V2 infer requests run through this many adapter instances at once (each submits its rows).
-_V2_CONCURRENCY = 16
-
-
-class _EngineInstance(Instance):
-    """Adapts the request-level path (V2 infer) to the engine: each row is one generation."""
-
-    def __init__(self, name: str, device: Device, owner: GenerativeModelVersion) -> None:
-        super().__init__(name, device)
-        self._owner = owner
-        self._closed = False
-
-    async def start(self) -> None:
-        return None
-
-    def input_specs(self) -> tuple[TensorSpec, ...]:
-        return (TEXT_INPUT,)
-
-    def output_specs(self) -> tuple[TensorSpec, ...]:
-        return (TEXT_OUTPUT,)
-
-    async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
-        rows = inputs["text_input"].reshape(-1)
-        params = SamplingParams(max_tokens=self._owner.settings.default_max_tokens)
-        try:
-            streams = [self._owner.submit(self._owner.encode(_text(row)), params, incremental=False) for row in rows]
-            texts = []
-            for stream in streams:
-                events = await collect(stream)
-                texts.append(stream.text.encode() if events else b"")
-        except TensorgateError as exc:
-            raise ModelFailed(exc.message) from exc
-        return {"text_output": np.array(texts, dtype=object).reshape(-1, 1)}
-
-    @property
-    def healthy(self) -> bool:
-        return not self._closed
-
-    async def aclose(self) -> None:
-        self._closed = True
 
 
 def _text(value: object) -> str:
@@ -89,7 +51,7 @@ def _text(value: object) -> str:
     return str(value)
 
 
-class GenerativeModelVersion(ModelVersion):
+class GenerativeVersion:
     def __init__(
         self,
         name: str,
@@ -101,6 +63,16 @@ class GenerativeModelVersion(ModelVersion):
         clock: Clock,
         metrics: Metrics,
     ) -> None:
+        self.name = name
+        self.version = version
+        self.serial = next(serials)
+        self.platform = PLATFORM
+        self.device = device
+        self.state = VersionState.WARMING
+        self.metrics = metrics.for_version(name, version)
+        self.statistics = InferenceStatistics()
+        self.cache: VersionCache | None = None  # sampling: equal requests may rightly differ
+        self.queue_settings = QueueSettings(max_queue_size=settings.max_waiting)
         self.runner = runner
         self.codec: TextCodec = runner.codec
         self.settings = settings
@@ -132,18 +104,86 @@ class GenerativeModelVersion(ModelVersion):
             metrics.generation().for_version(name, version),
             EngineSettings(default_priority=settings.priority_levels),
         )
-        instances = [_EngineInstance(f"{name}_{version}_{i}", device, self) for i in range(_V2_CONCURRENCY)]
-        specs = resolve_specs(name, (TEXT_INPUT,), (TEXT_OUTPUT,), source.config)
-        super().__init__(
-            name,
-            version,
-            PLATFORM,
-            specs,
-            InstancePool(instances),
-            QueueSettings(),
-            clock,
-            metrics.for_version(name, version),
-        )
+        self.specs = resolve_specs(name, (TEXT_INPUT,), (TEXT_OUTPUT,), source.config)
+        self.rules = TensorRules(name, self.specs.inputs, self.specs.outputs, self.specs.max_batch_size)
+        self._clock = clock
+
+    # -- the Servable side ---------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.state is VersionState.READY
+
+    @property
+    def queued(self) -> int:
+        return self.engine.scheduler.num_waiting
+
+    @property
+    def running(self) -> int:
+        return self.engine.scheduler.num_running
+
+    def metadata(self, versions: tuple[int, ...]) -> ModelMetadata:
+        specs = self.specs
+        return ModelMetadata(self.name, versions, self.platform, specs.inputs, specs.outputs, specs.max_batch_size)
+
+    def instances(self) -> tuple[InstanceView, ...]:
+        busy = self.running > 0
+        return (InstanceView(f"{self.name}_{self.version}_engine", self.device, "ok", busy, None, ""),)
+
+    def worker_pids(self) -> tuple[int, ...]:
+        return ()
+
+    def serve(self) -> None:
+        return None
+
+    def count_failure(self, error: TensorgateError) -> None:
+        self.metrics.outcome(error.outcome)
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """V2 ``infer``: each row of ``text_input`` is one generation of ``default_max_tokens`` at
+        most, run side by side in the engine; ``text_output`` holds their texts in row order."""
+        started = self._clock.now()
+        try:
+            texts = await self._generate_rows(request)
+        except TensorgateError as exc:
+            self._count(started, exc.outcome, 0)
+            raise
+        self._count(started, "success", len(texts))
+        output = np.array(texts, dtype=object).reshape(-1, 1)
+        return InferResponse(self.name, self.version, {"text_output": output}, id=request.id)
+
+    async def _generate_rows(self, request: InferRequest) -> list[bytes]:
+        self._check_ready()
+        self.rules.check_inputs(request.inputs)
+        self.rules.check_outputs(request.outputs)
+        params = SamplingParams(max_tokens=self.settings.default_max_tokens)
+        streams: list[GenerationStream] = []
+        try:
+            for row in request.inputs["text_input"].reshape(-1):
+                prompt = self.encode(_text(row))
+                streams.append(
+                    self.submit(
+                        prompt,
+                        params,
+                        priority=request.priority or None,
+                        timeout_s=request.timeout_s,
+                        incremental=False,
+                    )
+                )
+            await asyncio.gather(*(collect(stream) for stream in streams))
+        finally:
+            for stream in streams:  # one row failed, or the caller left: the others stop too
+                if stream.finish_reason is None:
+                    stream.cancel()
+        return [stream.text.encode() for stream in streams]
+
+    def _count(self, started: float, outcome: str, rows: int) -> None:
+        elapsed = self._clock.now() - started
+        self.metrics.outcome(outcome if outcome in self.metrics.outcomes else "internal")
+        self.metrics.request_seconds.observe(elapsed)
+        if outcome == "success":
+            self.statistics.executed(rows, elapsed, 1)
+        self.statistics.ended(outcome == "success", elapsed)
 
     # -- the generation API used by the protocols ------------------------------------------------
 
@@ -188,18 +228,18 @@ class GenerativeModelVersion(ModelVersion):
         self.state = VersionState.DRAINING  # new generations are refused from here on
         await self.engine.drain(drain_timeout_s)  # in-flight ones finish within the exit timeout
         await self.engine.aclose()
-        await super().aclose(drain_timeout_s)
         await asyncio.to_thread(self.runner.close)
+        self.state = VersionState.UNLOADED
 
 
 async def load_generative_version(
     source: ModelSource, vsource: VersionSource, status: VersionStatus, clock: Clock, metrics: Metrics
-) -> GenerativeModelVersion:
+) -> GenerativeVersion:
     """Load and warm one generative version, not yet serving; raises ModelLoadError, leaving nothing behind."""
     name, version = source.name, vsource.version
     settings = source.config.llm or LLMSettings()
     started = clock.now()
-    model_version: GenerativeModelVersion | None = None
+    model_version: GenerativeVersion | None = None
     try:
         placement = placements(source.config.instance_group, source.device_id)[0]
         device = placement.device
@@ -214,7 +254,7 @@ async def load_generative_version(
             settings.threads,
             settings.lean_forward,
         )
-        model_version = GenerativeModelVersion(name, version, runner, settings, source, device, clock, metrics)
+        model_version = GenerativeVersion(name, version, runner, settings, source, device, clock, metrics)
         metrics.load_seconds.labels(name, str(version)).observe(clock.now() - started)
         status.state = VersionState.WARMING
         await model_version.engine.start()

@@ -27,10 +27,10 @@ from tensorgate.clock import Clock
 from tensorgate.config.model_config import ModelConfig, VersionPolicy
 from tensorgate.errors import ModelLoadError
 from tensorgate.models.memory_budget import MemoryBudget, NoRoom, Residence
-from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
 from tensorgate.models.pipeline import StepRunner
 from tensorgate.models.response_cache import ResponseCache, VersionCache
 from tensorgate.models.rollout import Rollout, RolloutState
+from tensorgate.models.servable import Servable, VersionState, VersionStatus
 from tensorgate.models.shadow import Shadow
 from tensorgate.models.traffic import TrafficState
 from tensorgate.models.version_loader import build_version
@@ -53,7 +53,7 @@ def _load_config(config: ModelConfig) -> ModelConfig:
 @dataclass(slots=True)
 class ModelEntry:
     source: ModelSource
-    versions: dict[int, ModelVersion] = field(default_factory=dict)  # serving (READY, or every instance down)
+    versions: dict[int, Servable] = field(default_factory=dict)  # serving (READY, or every instance down)
     statuses: dict[int, VersionStatus] = field(default_factory=dict)
     problem: str = ""
     # Counts for the server's readiness: every model found at startup, and a model added later from
@@ -66,9 +66,9 @@ class ModelEntry:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     residence: Residence = field(default_factory=Residence)  # memory residency (models/memory_budget.py)
 
-    def latest_ready(self) -> ModelVersion | None:
+    def latest_ready(self) -> Servable | None:
         """The highest READY version; a loop rather than a sort, because every request asks."""
-        best: ModelVersion | None = None
+        best: Servable | None = None
         for version in self.versions.values():
             if version.ready and (best is None or version.version > best.version):
                 best = version
@@ -250,8 +250,7 @@ class ModelManager:
         entry.statuses[number] = status
         entry.loaded[number] = identity
         entry.wanted = True
-        if version.health is not None:
-            version.health.start()
+        version.serve()
         self._metrics.model_ready.labels(name, str(number)).set(1)
         log.info("model %s version %d is READY", name, number)
         if replacing is not None:
@@ -279,7 +278,7 @@ class ModelManager:
         versions to serve, loaded as at startup; a version that failed waits for its files to change."""
         await self._apply(entry, entry.source, retry_failed=False)
 
-    def _attach_cache(self, version: ModelVersion) -> None:
+    def _attach_cache(self, version: Servable) -> None:
         if self.response_cache is None or self.response_cache.capacity_bytes == 0:
             log.warning(
                 "model %s enables response_cache, but server.response_cache_bytes is 0: no answer is cached",
@@ -291,7 +290,7 @@ class ModelManager:
         miss = lookups.labels(version.name, str(version.version), "miss")
         version.cache = VersionCache(self.response_cache, self.clock, lambda found: (hit if found else miss).inc())
 
-    def _drain(self, entry: ModelEntry, version: ModelVersion, status: VersionStatus | None) -> asyncio.Task[None]:
+    def _drain(self, entry: ModelEntry, version: Servable, status: VersionStatus | None) -> asyncio.Task[None]:
         version.state = VersionState.DRAINING  # not ready: a request that still holds it is refused
 
         async def drain() -> None:

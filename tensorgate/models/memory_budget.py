@@ -40,8 +40,8 @@ from tensorgate.clock import Clock
 from tensorgate.config.model_config import ALWAYS_RESIDENT
 from tensorgate.errors import DeadlineExceeded, ModelLoadError, Unavailable
 from tensorgate.memory import allocated_bytes, resident_bytes
-from tensorgate.models.model_version import ModelVersion
 from tensorgate.models.residency import Held, Refusal, describe_bytes, plan_room
+from tensorgate.models.servable import Servable
 from tensorgate.observability.metrics import Metrics
 from tensorgate.repository.source import ModelSource, VersionSource
 
@@ -78,7 +78,7 @@ class Residence:
     last_used: float = 0.0
     cold_load: asyncio.Task[None] | None = None  # the load that requests for it wait on
     evicting: bool = False
-    held: dict[ModelVersion, int] = field(default_factory=dict)  # loaded or draining: bytes measured
+    held: dict[Servable, int] = field(default_factory=dict)  # loaded or draining: bytes measured
     sizes: dict[tuple[int, str], int] = field(default_factory=dict)  # (version, revision) -> bytes measured
     measured_bytes: int | None = None  # what it held at its last load, kept across an eviction
     refusal: Refusal | None = None  # why its last load was refused (for the answer to the waiting requests)
@@ -202,8 +202,8 @@ class MemoryBudget:
     # -- loads -------------------------------------------------------------------------------------
 
     async def admit(
-        self, entry: ModelEntry, vsource: VersionSource, build: Callable[[], Awaitable[ModelVersion]]
-    ) -> ModelVersion:
+        self, entry: ModelEntry, vsource: VersionSource, build: Callable[[], Awaitable[Servable]]
+    ) -> Servable:
         """Every version load of the manager: make room for it, load it with ``build``, measure it
         and keep the budget. With no room now it waits for some while a request waits on the load
         (:attr:`Residence.room_until`). Raises ModelLoadError (NoRoom: not now) and what ``build``
@@ -239,10 +239,10 @@ class MemoryBudget:
         self,
         entry: ModelEntry,
         vsource: VersionSource,
-        build: Callable[[], Awaitable[ModelVersion]],
+        build: Callable[[], Awaitable[Servable]],
         known: int | None,
         files: int,
-    ) -> ModelVersion:
+    ) -> Servable:
         """One try at :meth:`admit`, under the lock: NoRoom when what holds the budget is busy."""
         name = entry.source.name
         budget = self.budget_bytes
@@ -309,26 +309,26 @@ class MemoryBudget:
                 entry.residence.evicting = False
 
     async def _measured_build(
-        self, entry: ModelEntry, build: Callable[[], Awaitable[ModelVersion]]
-    ) -> tuple[ModelVersion, int]:
+        self, entry: ModelEntry, build: Callable[[], Awaitable[Servable]]
+    ) -> tuple[Servable, int]:
         groups = entry.source.config.instance_group
         if groups and all(group.isolation == "process" for group in groups):
             version = await build()  # each worker's resident size is its own: nothing else to subtract
-            sizes = [resident_bytes(i.pid) for i in version.pool.instances if i.pid is not None]
+            sizes = [resident_bytes(pid) for pid in version.worker_pids()]
             return version, sum(size for size in sizes if size is not None)
         before = _in_process()
         version = await build()
         after = _in_process()
         return version, max(0, after[0] - before[0], after[1] - before[1])
 
-    def _hold(self, entry: ModelEntry, version: ModelVersion, size: int) -> None:
+    def _hold(self, entry: ModelEntry, version: Servable, size: int) -> None:
         residence = entry.residence
         residence.held[version] = size
         residence.measured_bytes = residence.held_bytes
         residence.last_used = self._clock.now()
         self._publish(entry)
 
-    def release(self, entry: ModelEntry, version: ModelVersion) -> None:
+    def release(self, entry: ModelEntry, version: Servable) -> None:
         """A version's drain is over (the manager's call): its memory is free."""
         if entry.residence.held.pop(version, None) is not None:
             self._publish(entry)
@@ -351,7 +351,7 @@ class MemoryBudget:
                 or residence.cold_load is not None
                 or residence.evicting
                 or entry.lock.locked()
-                or any(v.scheduler.queued or v.scheduler.running for v in entry.versions.values())
+                or any(v.queued or v.running for v in entry.versions.values())
             )
             held.append(Held(name, residence.held_bytes, residence.last_used, busy, not residence.on_demand))
         return held

@@ -1,12 +1,15 @@
-"""One loaded version of a model: its state, its specs, its instances and its scheduler."""
+"""One loaded version of a model run by a backend: its instances behind a dynamic-batching scheduler.
+
+The plain :class:`~tensorgate.models.servable.Servable`: the instances run the model, the
+scheduler admits, queues and batches requests for them, and the health monitor (started once it
+serves) takes an instance that fails out of rotation.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import itertools
 import logging
-from dataclasses import dataclass
 
 from tensorgate.clock import Clock
 from tensorgate.errors import InvalidInput, TensorgateError, Unavailable
@@ -14,34 +17,18 @@ from tensorgate.instances.base import Instance
 from tensorgate.instances.health import HealthMonitor
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.response_cache import VersionCache
+from tensorgate.models.servable import InstanceView, VersionState
 from tensorgate.models.specs import ResolvedSpecs
 from tensorgate.models.validation import TensorRules
 from tensorgate.observability.metrics import VersionMetrics
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
+from tensorgate.scheduling.statistics import InferenceStatistics
 from tensorgate.types import InferRequest, InferResponse, ModelMetadata
 
 log = logging.getLogger(__name__)
-_serials = itertools.count(1)
-
-
-class VersionState(enum.Enum):
-    LOADING = "LOADING"
-    WARMING = "WARMING"
-    READY = "READY"
-    DRAINING = "DRAINING"
-    UNLOADED = "UNLOADED"
-    FAILED = "FAILED"
-
-
-@dataclass(slots=True)
-class VersionStatus:
-    """What the repository index reports for a version, loaded or not."""
-
-    name: str
-    version: int
-    state: VersionState
-    reason: str = ""
+# Numbers every loaded copy of any model apart (a reload of the same version gets a new one).
+serials = itertools.count(1)
 
 
 class ModelVersion:
@@ -59,7 +46,7 @@ class ModelVersion:
     ) -> None:
         self.name = name
         self.version = version
-        self.serial = next(_serials)  # this loaded copy, apart from any other load of the same version
+        self.serial = next(serials)  # this loaded copy, apart from any other load of the same version
         self.platform = platform
         self.specs = specs
         self.rules = TensorRules(name, specs.inputs, specs.outputs, specs.max_batch_size)
@@ -74,6 +61,46 @@ class ModelVersion:
     @property
     def ready(self) -> bool:
         return self.state is VersionState.READY and self.pool.any_healthy()
+
+    @property
+    def statistics(self) -> InferenceStatistics:
+        return self.scheduler.stats
+
+    @property
+    def queue_settings(self) -> QueueSettings:
+        return self.scheduler.queue_settings
+
+    @property
+    def queued(self) -> int:
+        return self.scheduler.queued
+
+    @property
+    def running(self) -> int:
+        return self.scheduler.running
+
+    def instances(self) -> tuple[InstanceView, ...]:
+        health, pool = self.health, self.pool
+        views = []
+        for instance in pool.instances:
+            record = None if health is None else health.records.get(instance)
+            views.append(
+                InstanceView(
+                    instance.name,
+                    instance.device,
+                    _health(instance),
+                    pool.is_busy(instance),
+                    instance.pid,
+                    "" if record is None else record.last_error,
+                )
+            )
+        return tuple(views)
+
+    def worker_pids(self) -> tuple[int, ...]:
+        return tuple(instance.pid for instance in self.pool.instances if instance.pid is not None)
+
+    def serve(self) -> None:
+        if self.health is not None:
+            self.health.start()
 
     def metadata(self, versions: tuple[int, ...]) -> ModelMetadata:
         return ModelMetadata(
@@ -115,9 +142,7 @@ class ModelVersion:
         counts cache hits while ``inference_count`` and ``execution_count`` do not."""
         self.metrics.outcome("success")
         self.metrics.request_seconds.observe(elapsed_ns / 1e9)
-        stats = self.scheduler.stats
-        stats.success_count += 1
-        stats.success_ns += elapsed_ns
+        self.scheduler.stats.cache_hit(elapsed_ns)
 
     def count_failure(self, error: TensorgateError) -> None:
         """Count a request that failed before reaching the scheduler (bad body for a known model)."""
@@ -143,3 +168,10 @@ class ModelVersion:
             await instance.aclose()
         except Exception:
             log.exception("closing instance %s failed", instance.name)
+
+
+def _health(instance: Instance) -> str:
+    """ok (in rotation), ejected (alive, out of rotation by its health checks) or down."""
+    if not instance.healthy:
+        return "down"
+    return "ejected" if instance.ejected else "ok"

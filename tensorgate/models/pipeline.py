@@ -22,14 +22,13 @@ model (new weights) never answers from the old copy's results.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import Protocol
 
-from tensorgate.backends.base import Device
 from tensorgate.clock import Clock
 from tensorgate.config.model_config import ModelConfig, PipelineStep, StepCondition
 from tensorgate.errors import (
@@ -40,14 +39,16 @@ from tensorgate.errors import (
     TensorgateError,
     Unavailable,
 )
-from tensorgate.instances.base import Instance
-from tensorgate.instances.pool import InstancePool
-from tensorgate.models.model_version import ModelVersion
+from tensorgate.models.model_version import serials
+from tensorgate.models.response_cache import VersionCache
+from tensorgate.models.servable import InstanceView, VersionState
 from tensorgate.models.specs import resolve_specs
+from tensorgate.models.validation import TensorRules
 from tensorgate.observability.metrics import Metrics
 from tensorgate.repository.source import ModelSource
 from tensorgate.scheduling.scheduler import QueueSettings
-from tensorgate.types import Array, DataType, InferRequest, InferResponse, TensorSpec
+from tensorgate.scheduling.statistics import InferenceStatistics
+from tensorgate.types import Array, DataType, InferRequest, InferResponse, ModelMetadata, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -74,34 +75,6 @@ class StepRunner(Protocol):
         """The serial numbers of the loaded copies of that model now in service (empty when none):
         a cached pipeline answer is only good while they are the same. Called per cached request."""
         ...
-
-
-class _Steps(Instance):
-    """The pipeline's one instance, in rotation while the version serves: it holds no model, so
-    requests never queue for it (``PipelineModelVersion.infer`` runs the steps itself)."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name, Device())
-        self._closed = False
-
-    async def start(self) -> None:
-        return None
-
-    def input_specs(self) -> tuple[TensorSpec, ...]:
-        return ()
-
-    def output_specs(self) -> tuple[TensorSpec, ...]:
-        return ()
-
-    async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
-        raise Unavailable("a pipeline's steps run through their own models, never as one batch")
-
-    @property
-    def healthy(self) -> bool:
-        return not self._closed
-
-    async def aclose(self) -> None:
-        self._closed = True
 
 
 def _declared(config: ModelConfig, which: str) -> tuple[TensorSpec, ...]:
@@ -170,7 +143,10 @@ def check_steps(name: str, config: ModelConfig, runner: StepRunner) -> tuple[str
     return tuple(reached)
 
 
-class PipelineModelVersion(ModelVersion):
+class PipelineVersion:
+    """A pipeline's loaded version (a :class:`~tensorgate.models.servable.Servable`): it holds no
+    model and no queue of its own; each step is queued and batched by its model's scheduler."""
+
     def __init__(
         self,
         name: str,
@@ -184,21 +160,71 @@ class PipelineModelVersion(ModelVersion):
         """``reached``: the models :func:`check_steps` found the steps reach (their serving copies
         key the cached answers)."""
         assert config.steps is not None
+        self.name = name
+        self.version = version
+        self.serial = next(serials)
+        self.platform = PLATFORM
         self.steps: list[PipelineStep] = list(config.steps)
+        self.specs = resolve_specs(name, _declared(config, "inputs"), _declared(config, "outputs"), config)
+        self.rules = TensorRules(name, self.specs.inputs, self.specs.outputs, self.specs.max_batch_size)
+        self.state = VersionState.WARMING
+        self.metrics = metrics.for_version(name, version)
+        self.statistics = InferenceStatistics()
+        self.cache: VersionCache | None = None
+        self.queue_settings = QueueSettings()
         self._runner = runner
         self._reached = reached
-        specs = resolve_specs(name, _declared(config, "inputs"), _declared(config, "outputs"), config)
-        super().__init__(
-            name,
-            version,
-            PLATFORM,
-            specs,
-            InstancePool([_Steps(f"{name}_{version}_steps")]),
-            QueueSettings(),
-            clock,
-            metrics.for_version(name, version),
-        )
-        self._pipeline_clock = clock
+        self._clock = clock
+        self._runs = 0  # requests running their steps now
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def ready(self) -> bool:
+        return self.state is VersionState.READY
+
+    @property
+    def queued(self) -> int:
+        return 0  # each step waits in its own model's queue
+
+    @property
+    def running(self) -> int:
+        return self._runs
+
+    def metadata(self, versions: tuple[int, ...]) -> ModelMetadata:
+        return ModelMetadata(self.name, versions, self.platform, self.specs.inputs, self.specs.outputs, 0)
+
+    def instances(self) -> tuple[InstanceView, ...]:
+        return ()
+
+    def worker_pids(self) -> tuple[int, ...]:
+        return ()
+
+    def serve(self) -> None:
+        return None
+
+    def count_failure(self, error: TensorgateError) -> None:
+        self.metrics.outcome(error.outcome)
+
+    def count_cache_hit(self, elapsed_ns: int) -> None:
+        self.metrics.outcome("success")
+        self.metrics.request_seconds.observe(elapsed_ns / 1e9)
+        self.statistics.cache_hit(elapsed_ns)
+
+    async def aclose(self, drain_timeout_s: float) -> None:
+        """Let the requests running their steps finish (within ``drain_timeout_s``)."""
+        self.state = VersionState.DRAINING
+        if self.cache is not None:
+            self.cache.close()
+        if self._runs:
+            try:
+                await asyncio.wait_for(self._idle.wait(), drain_timeout_s)
+            except TimeoutError:
+                log.warning("pipeline %s version %d unloads with %d request(s) still running", *self._key())
+        self.state = VersionState.UNLOADED
+
+    def _key(self) -> tuple[str, int, int]:
+        return self.name, self.version, self._runs
 
     async def infer(self, request: InferRequest) -> InferResponse:
         if not self.ready:
@@ -230,12 +256,18 @@ class PipelineModelVersion(ModelVersion):
         return b"".join(serial.to_bytes(8, "little") for serial in serials)
 
     async def _answer(self, request: InferRequest) -> InferResponse:
-        started = self._pipeline_clock.now()
+        started = self._clock.now()
+        self._runs += 1
+        self._idle.clear()
         try:
             outputs = await self._run(request, started)
         except TensorgateError as exc:
             self._count(started, exc.outcome)
             raise
+        finally:
+            self._runs -= 1
+            if not self._runs:
+                self._idle.set()
         self._count(started, "success")
         wanted = request.outputs or tuple(s.name for s in self.specs.outputs)
         answer = {name: outputs[name] for name in wanted if name in outputs}
@@ -267,7 +299,7 @@ class PipelineModelVersion(ModelVersion):
                 raise InvalidInput(f"{label}: its input(s) {', '.join(missing)} come from a step that was skipped")
             timeout = None
             if deadline is not None:
-                timeout = deadline - self._pipeline_clock.now()
+                timeout = deadline - self._clock.now()
                 if timeout <= 0:
                     raise DeadlineExceeded(f"{label}: the request's deadline passed before the step could start")
             inner = InferRequest(
@@ -294,20 +326,10 @@ class PipelineModelVersion(ModelVersion):
         return tensors
 
     def _count(self, started: float, outcome: str) -> None:
-        elapsed = self._pipeline_clock.now() - started
+        elapsed = self._clock.now() - started
         self.metrics.outcome(outcome if outcome in self.metrics.outcomes else "internal")
         self.metrics.request_seconds.observe(elapsed)
-        stats = self.scheduler.stats
-        ns = int(elapsed * 1e9)
-        stats.last_inference_ms = int(time.time() * 1000)
-        if outcome == "success":
-            stats.inference_count += 1
-            stats.execution_count += 1
-            stats.success_count += 1
-            stats.success_ns += ns
-        else:
-            stats.fail_count += 1
-            stats.fail_ns += ns
+        self.statistics.ran_steps(outcome == "success", elapsed)
 
 
 def _named(exc: TensorgateError, label: str) -> TensorgateError:

@@ -24,8 +24,8 @@ from tensorgate.config.loading import validate
 from tensorgate.config.model_config import ModelConfig
 from tensorgate.errors import ConfigError, InvalidInput, ModelLoadError, NotFound, PermissionDenied
 from tensorgate.models.manager import ModelManager
-from tensorgate.models.model_version import VersionState
-from tensorgate.repository.names import check_model_name, is_valid_model_name
+from tensorgate.models.servable import VersionState
+from tensorgate.names import check_model_name, is_valid_model_name
 from tensorgate.repository.watcher import ModelChange, ModelPrint, RepositoryWatcher, scan_with_revisions
 
 log = logging.getLogger(__name__)

@@ -1,20 +1,26 @@
-"""The core call every protocol translates to: ``infer``, plus health, metadata and statistics.
+"""The one door every protocol goes through: inference, generation, health, metadata, statistics and the
+repository API.
 
-HTTP and gRPC are thin layers over this one object, so a feature written here works on both.
+HTTP (V2, V1, OpenAI, generate) and gRPC are thin translations of these calls, so a feature written
+here works on all of them, and the protocols never reach past this object to the manager, the
+router or the repository control. A request is routed once: :meth:`InferenceService.resolve` names
+its :class:`~tensorgate.models.target.Target`, which decodes, runs and reports one version.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tensorgate.errors import NotFound, TensorgateError
-from tensorgate.models.manager import ModelEntry, ModelManager
-from tensorgate.models.model_version import ModelVersion, VersionState
+from tensorgate.models import router
+from tensorgate.models.manager import ModelManager
 from tensorgate.models.repository_control import RepositoryControl
 from tensorgate.models.response_cache import statistics_of
-from tensorgate.models.router import ModelRouter
-from tensorgate.models.traffic import TrafficState
+from tensorgate.models.servable import VersionState, VersionStatus
+from tensorgate.models.target import Target, generates_text
 from tensorgate.models.triton_config import triton_config
 from tensorgate.models.version_loader import declared_metadata
 from tensorgate.repository.source import ModelSource
@@ -24,18 +30,36 @@ SERVER_NAME = "tensorgate"
 SERVER_VERSION = "0.1.0"
 EXTENSIONS = ("binary_tensor_data", "schedule_policy", "statistics", "model_repository")
 
+# Reads one request header (gRPC: metadata key) by its lower-case name: how a protocol hands the
+# service a sticky key without the service knowing where it came from.
+HeaderReader = Callable[[str], str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelListing:
+    name: str
+    generates_text: bool  # its latest READY version generates text (the OpenAI models list)
+
 
 class InferenceService:
     def __init__(self, manager: ModelManager, repository: RepositoryControl | None = None) -> None:
-        self.manager = manager
-        self.router = ModelRouter(manager)
+        self._manager = manager
         manager.run_step = _PipelineSteps(self)  # a pipeline's steps are routed as clients' requests are
         # The model control mode and the repository API (off unless the server sets explicit mode).
-        self.repository = repository if repository is not None else RepositoryControl(manager, "none", None)
+        self._repository = repository if repository is not None else RepositoryControl(manager, "none", None)
         self.draining = False
         self.started = False
         self.extensions: tuple[str, ...] = EXTENSIONS  # the server adds those its settings turn on
         self._clock = manager.clock
+
+    @property
+    def manager(self) -> ModelManager:
+        """For the server and the status report (the models layer); never for a protocol."""
+        return self._manager
+
+    def attach_repository(self, repository: RepositoryControl) -> None:
+        """The server's repository control, once the repository is known (at start)."""
+        self._repository = repository
 
     # -- health ----------------------------------------------------------------------------------
 
@@ -44,10 +68,11 @@ class InferenceService:
         return True
 
     def ready(self) -> bool:
-        return self.started and not self.draining and self.manager.all_ready()
+        return self.started and not self.draining and self._manager.all_ready()
 
     def model_ready(self, name: str, version: int | None) -> bool:
-        entry = self.router.entry(name)
+        """Whether the model (or that version) takes requests now; 404 for an unknown one."""
+        entry = router.find_entry(self._manager, name)
         if version is None:
             return entry.latest_ready() is not None and not self.draining
         if version not in entry.versions and version not in entry.statuses:
@@ -55,152 +80,111 @@ class InferenceService:
         found = entry.versions.get(version)
         return found is not None and found.ready and not self.draining
 
+    def version_statuses(self, name: str, version: int | None) -> list[VersionStatus]:
+        """The model's versions as the repository index shows them (one, where ``version`` is given:
+        404 when the model has no such version)."""
+        entry = router.find_entry(self._manager, name)
+        statuses = [s for v, s in sorted(entry.statuses.items()) if version is None or v == version]
+        if version is not None and not statuses:
+            raise NotFound(f"unknown version {version} of model '{name}'")
+        return statuses
+
+    def knows(self, name: str) -> bool:
+        """Whether a model of this name is in the repository (its name was checked when it was found)."""
+        return name in self._manager.models
+
+    def models(self) -> list[ModelListing]:
+        """Every model the server knows, by name."""
+        return [
+            ModelListing(name, generates_text(entry.latest_ready()))
+            for name, entry in sorted(self._manager.models.items())
+        ]
+
     # -- metadata --------------------------------------------------------------------------------
 
     def server_metadata(self) -> dict[str, Any]:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(self.extensions)}
 
     def metadata(self, name: str, version: int | None) -> ModelMetadata:
-        entry = self.router.entry(name)
+        entry = router.find_entry(self._manager, name)
         if entry.residence.on_demand and not entry.versions and version is None:
             return declared_metadata(entry.source)  # not resident: what its configuration declares
-        found = self.router.loaded(name, version)
+        found = router.loaded(entry, name, version)
         versions = tuple(sorted(v for v, mv in entry.versions.items() if mv.state is VersionState.READY))
         return found.metadata(versions if version is None else (found.version,))
 
     def residency(self, name: str) -> dict[str, Any] | None:
         """The model's memory residency (mode, state, measured bytes) where the server has a memory
         budget or on-demand models; None otherwise (nothing to show)."""
-        entry = self.router.entry(name)
-        return self.manager.memory.status(entry) if self.manager.memory.enabled else None
+        entry = router.find_entry(self._manager, name)
+        memory = self._manager.memory
+        return memory.status(entry) if memory.enabled else None
 
     def config(self, name: str, version: int | None) -> dict[str, Any]:
         """The version's configuration in Triton's ``model_config`` shape (see ``triton_config``)."""
-        found = self.router.loaded(name, version)
-        devices = [instance.device for instance in found.pool.instances]
-        return triton_config(
-            found.metadata((found.version,)), found.specs.batch, found.scheduler.queue_settings, devices
-        )
+        found = router.loaded(router.find_entry(self._manager, name), name, version)
+        devices = [view.device for view in found.instances()]
+        return triton_config(found.metadata((found.version,)), found.specs.batch, found.queue_settings, devices)
 
     def traffic(self, name: str) -> dict[str, Any]:
         """The model's traffic split, canary rollout and shadow as they stand (``/v2/models/{m}/rollout``)."""
-        entry = self.router.entry(name)
+        entry = router.find_entry(self._manager, name)
         if entry.traffic is None:
             latest = entry.latest_ready()
             return {"shares": {} if latest is None else {str(latest.version): 100.0}, "rollout": None, "shadow": None}
         return entry.traffic.status()
 
-    def sticky_header(self, name: str) -> str | None:
-        """The lower-case header (gRPC metadata key) whose value pins a client to one version of a
-        model with a traffic split; None when the model has none (nothing to read)."""
-        entry = self.manager.models.get(name)
-        traffic = entry.traffic if entry is not None else None
-        return traffic.sticky_header if traffic is not None else None
-
     def statistics(self, name: str | None, version: int | None) -> list[dict[str, Any]]:
         """Per-version cumulative counters in the shape of Triton's statistics extension."""
+        models = self._manager.models
         if name is None:
-            targets = [v for entry in self.manager.models.values() for v in entry.versions.values()]
+            targets = [v for entry in models.values() for v in entry.versions.values()]
         elif version is None:
-            targets = list(self.router.entry(name).versions.values())
+            targets = list(router.find_entry(self._manager, name).versions.values())
         else:
-            targets = [self.router.loaded(name, version)]
-        out = []
-        for mv in sorted(targets, key=lambda v: (v.name, v.version)):
-            s = mv.scheduler.stats
-            out.append(
-                {
-                    "name": mv.name,
-                    "version": str(mv.version),
-                    "last_inference": s.last_inference_ms,
-                    "inference_count": s.inference_count,
-                    "execution_count": s.execution_count,
-                    "inference_stats": {
-                        "success": {"count": s.success_count, "ns": s.success_ns},
-                        "fail": {"count": s.fail_count, "ns": s.fail_ns},
-                        "queue": {"count": s.queue_count, "ns": s.queue_ns},
-                        "compute_input": {"count": s.compute_count, "ns": 0},
-                        "compute_infer": {"count": s.compute_count, "ns": s.compute_ns},
-                        "compute_output": {"count": s.compute_count, "ns": 0},
-                        **statistics_of(None if mv.cache is None else mv.cache.counts),
-                    },
-                    "batch_stats": [
-                        {
-                            "batch_size": rows,
-                            "compute_input": {"count": c, "ns": 0},
-                            "compute_infer": {"count": c, "ns": ns},
-                            "compute_output": {"count": c, "ns": 0},
-                        }
-                        for rows, (c, ns) in sorted(s.batch_stats.items())
-                    ],
-                }
-            )
-        return out
+            targets = [router.loaded(router.find_entry(self._manager, name), name, version)]
+        return [
+            v.statistics.document(v.name, v.version, statistics_of(None if v.cache is None else v.cache.counts))
+            for v in sorted(targets, key=lambda v: (v.name, v.version))
+        ]
+
+    # -- the repository API (Triton's model repository extension) ---------------------------------
+
+    def authorize_repository(self, *, changes: bool) -> None:
+        """403 where the model control mode does not open the call (``changes``: load or unload)."""
+        self._repository.authorize(changes=changes)
+
+    async def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        return await self._repository.index(ready_only=ready_only)
+
+    async def load_model(self, name: str, config_json: str | None = None) -> None:
+        await self._repository.load(name, config_json)
+
+    async def unload_model(self, name: str) -> None:
+        await self._repository.unload(name)
 
     # -- inference -------------------------------------------------------------------------------
 
-    async def infer(self, request: InferRequest, traffic_key: str | None = None) -> InferResponse:
-        """Route and run one request; ``traffic_key`` is its sticky key (see :meth:`sticky_header`)."""
-        entry = self.router.entry(request.model)
-        if entry.residence.on_demand:
-            return await self._infer_on_demand(entry, request, traffic_key)
-        return await self._infer_entry(entry, request, traffic_key)
-
-    async def _infer_on_demand(
-        self, entry: ModelEntry, request: InferRequest, traffic_key: str | None
-    ) -> InferResponse:
-        """As ``infer``, for an on-demand model: a request that finds it not loaded loads it (and waits,
-        within its deadline). Counted as using it throughout, so the memory budget never evicts it
-        from under its request, and its end is the model's last use."""
-        residence = entry.residence
-        residence.active += 1
-        residence.last_used = self._clock.now()
-        try:
-            if not entry.versions and not entry.problem:  # a problem: its config is broken, or unloaded by the API
-                remaining = await self.manager.memory.ensure_loaded(entry, request.timeout_s)
-                if remaining is not None:  # the deadline covers the wait for the load
-                    request = request.with_timeout(remaining)
-            return await self._infer_entry(entry, request, traffic_key)
-        finally:
-            residence.active -= 1
-            residence.last_used = self._clock.now()
-
-    async def _infer_entry(self, entry: ModelEntry, request: InferRequest, traffic_key: str | None) -> InferResponse:
-        version = self.router.route_entry(entry, request.model, request.version, traffic_key)
+    def resolve(self, name: str, version: int | None, headers: HeaderReader | None = None) -> Target:
+        """The route of one request: 404 for an unknown model or version (before any body is read),
+        503 while the server has not named its models yet. ``headers`` reads the sticky key of a
+        model with a traffic split."""
+        manager = self._manager
+        entry = router.find_entry(manager, name)
+        router.check_version(entry, name, version)
         traffic = entry.traffic
-        if traffic is None:
-            return await version.infer(request)
-        return await self._infer_with_traffic(traffic, version, request)
+        key = None if traffic is None or headers is None else headers(traffic.sticky_header)
+        return Target(entry, name, version, key, manager.memory, self._clock)
 
-    async def _infer_with_traffic(
-        self, traffic: TrafficState, version: ModelVersion, request: InferRequest
-    ) -> InferResponse:
-        """As ``infer``, and the rollout sees how it ended; the shadow may get a copy of it."""
-        started = self._clock.now()
-        try:
-            response = await version.infer(request)
-        except TensorgateError as exc:
-            traffic.observe(version.version, self._clock.now() - started, exc.http_status >= 500)
-            raise
-        traffic.observe(version.version, self._clock.now() - started, False)
-        shadow = traffic.shadow
-        if shadow is not None and version.version != shadow.version:
-            shadow.offer(request, response, self.router.entry(request.model).versions.get(shadow.version))
-        return response
-
-    async def route_resident(self, name: str, version: int | None) -> ModelVersion:
-        """The version that serves a request, for a protocol that needs its specs before decoding
-        (V1 rows): an on-demand model that is not loaded is loaded first (within its default
-        timeout; the request's own deadline then applies in ``infer``)."""
-        entry = self.router.entry(name)
-        if entry.residence.on_demand and not entry.versions and not entry.problem:
-            await self.manager.memory.ensure_loaded(entry, None)
-        return self.router.route_entry(entry, name, version)
+    async def infer(self, request: InferRequest, headers: HeaderReader | None = None) -> InferResponse:
+        """Route and run one request that is already decoded."""
+        return await self.resolve(request.model, request.version, headers).infer(request)
 
     def count_failure(self, name: str, version: int | None, error: TensorgateError) -> None:
-        """Count a request for a loaded model that failed before ``infer`` (e.g. an undecodable body)."""
-        with contextlib.suppress(TensorgateError):  # unknown models create no metric series
-            self.router.loaded(name, version).count_failure(error)
+        """Count a request for a known model that failed before it could be routed (a body that
+        could not be decoded); an unknown model or version creates no metric series."""
+        with contextlib.suppress(TensorgateError):
+            self.resolve(name, version).count_failure(error)
 
 
 class _PipelineSteps:

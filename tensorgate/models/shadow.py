@@ -32,7 +32,7 @@ from tensorgate.observability.metrics import Metrics
 from tensorgate.types import Array, InferRequest, InferResponse
 
 if TYPE_CHECKING:
-    from tensorgate.models.model_version import ModelVersion
+    from tensorgate.models.servable import Servable
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class Shadow:
         self.mismatched = 0
         self.class_changes = 0
 
-    def offer(self, request: InferRequest, response: InferResponse, target: ModelVersion | None) -> None:
+    def offer(self, request: InferRequest, response: InferResponse, target: Servable | None) -> None:
         """Called with each answer a serving version gave; copies a sample of them to the shadow."""
         if self._rng.random() >= self.config.fraction:
             return
@@ -98,7 +98,7 @@ class Shadow:
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
 
-    async def _replay(self, copy: InferRequest, response: InferResponse, target: ModelVersion) -> None:
+    async def _replay(self, copy: InferRequest, response: InferResponse, target: Servable) -> None:
         try:
             answer = await target.infer(copy)
         except TensorgateError as exc:

@@ -17,13 +17,12 @@ from collections.abc import Set
 from typing import Any
 
 from tensorgate.clock import Clock
-from tensorgate.instances.base import Instance
+from tensorgate.models.generative import GenerativeVersion
 from tensorgate.models.manager import ModelEntry
-from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
+from tensorgate.models.servable import Servable, VersionState, VersionStatus
 from tensorgate.models.service import SERVER_NAME, SERVER_VERSION, InferenceService
 from tensorgate.observability.status_window import RATE_SPAN_S, WINDOW_S, StatusWindows, WindowFigures
 from tensorgate.observability.tenant_window import SHOWN, TenantRow, TenantWindows
-from tensorgate.scheduling.continuous.engine import Engine
 
 _LOADING = frozenset({VersionState.LOADING, VersionState.WARMING})
 
@@ -154,7 +153,7 @@ class StatusReport:
         self,
         name: str,
         number: int,
-        loaded: ModelVersion | None,
+        loaded: Servable | None,
         status: VersionStatus | None,
         share: float,
         role: str,
@@ -215,38 +214,25 @@ def _model_state(entry: ModelEntry, versions: list[dict[str, Any]]) -> tuple[str
     return "UNAVAILABLE", reasons or "no version ready"
 
 
-def _instances(version: ModelVersion) -> list[dict[str, Any]]:
-    health = version.health
-    pool = version.pool
-    out = []
-    for instance in pool.instances:
-        record = None if health is None else health.records.get(instance)
-        out.append(
-            {
-                "name": instance.name,
-                "device": str(instance.device),
-                "health": _health(instance),
-                "busy": pool.is_busy(instance),
-                "pid": instance.pid,
-                "last_error": "" if record is None else record.last_error,
-            }
-        )
-    return out
+def _instances(version: Servable) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": view.name,
+            "device": str(view.device),
+            "health": view.health,
+            "busy": view.busy,
+            "pid": view.pid,
+            "last_error": view.last_error,
+        }
+        for view in version.instances()
+    ]
 
 
-def _health(instance: Instance) -> str:
-    """ok (in rotation), ejected (alive, out of rotation by its health checks) or down."""
-    if not instance.healthy:
-        return "down"
-    return "ejected" if instance.ejected else "ok"
-
-
-def _queue(version: ModelVersion) -> dict[str, Any]:
-    scheduler = version.scheduler
+def _queue(version: Servable) -> dict[str, Any]:
     return {
-        "queued": scheduler.queued,
-        "running": scheduler.running,  # batches on instances now
-        "max_queue_size": scheduler.queue_settings.max_queue_size,
+        "queued": version.queued,
+        "running": version.running,  # batches on instances now (a generative model's: sequences)
+        "max_queue_size": version.queue_settings.max_queue_size,
     }
 
 
@@ -285,13 +271,12 @@ def _tenant(row: TenantRow) -> dict[str, Any]:
     }
 
 
-def _generation(version: ModelVersion, figures: WindowFigures | None) -> dict[str, Any] | None:
+def _generation(version: Servable, figures: WindowFigures | None) -> dict[str, Any] | None:
     """The continuous-batching engine's state, for a generative version (None for the others).
     Read without a lock from the engine's thread's counters: a figure a step old is fine here."""
-    engine = getattr(version, "engine", None)
-    if not isinstance(engine, Engine):
+    if not isinstance(version, GenerativeVersion):
         return None
-    scheduler = engine.scheduler
+    scheduler = version.engine.scheduler
     kv = scheduler.kv
     return {
         "running": scheduler.num_running,

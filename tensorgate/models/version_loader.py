@@ -22,8 +22,9 @@ from tensorgate.instances.factory import create_instance, placements
 from tensorgate.instances.health import HealthMonitor, finite_outputs
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.generative import load_generative_version
-from tensorgate.models.model_version import ModelVersion, VersionState, VersionStatus
-from tensorgate.models.pipeline import PipelineModelVersion, StepRunner, check_steps
+from tensorgate.models.model_version import ModelVersion
+from tensorgate.models.pipeline import PipelineVersion, StepRunner, check_steps
+from tensorgate.models.servable import Servable, VersionState, VersionStatus
 from tensorgate.models.specs import resolve_specs
 from tensorgate.models.warmup import build_sample, warm_up
 from tensorgate.observability.metrics import Metrics
@@ -86,7 +87,7 @@ async def build_version(
     tracer: Tracer,
     generation: int = 0,
     run_step: StepRunner | None = None,
-) -> ModelVersion:
+) -> Servable:
     """Load and warm one version; ``status`` follows it (LOADING, WARMING). Raises ModelLoadError.
 
     ``generation`` counts earlier loads of the same version number in this server, so the instances
@@ -103,7 +104,7 @@ async def build_version(
             # beside this one be known before its steps are looked up.
             await asyncio.sleep(0)
             reached = check_steps(source.name, source.config, run_step)
-            return PipelineModelVersion(source.name, vsource.version, source.config, run_step, clock, metrics, reached)
+            return PipelineVersion(source.name, vsource.version, source.config, run_step, clock, metrics, reached)
         if source.backend in GENERATIVE:  # a continuous-batching engine instead of instances
             return await load_generative_version(source, vsource, status, clock, metrics)
         return await _build_batching(source, vsource, status, clock, metrics, tracer, generation)

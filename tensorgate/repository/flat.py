@@ -7,7 +7,7 @@ from pathlib import Path
 from tensorgate.config.model_config import InstanceGroup, ModelConfig, VersionPolicy
 from tensorgate.config.server_config import FlatModelEntry
 from tensorgate.errors import ConfigError
-from tensorgate.repository.names import is_valid_model_name
+from tensorgate.names import is_valid_model_name
 from tensorgate.repository.source import ModelSource, VersionSource
 
 _BACKEND_BY_SUFFIX = {".onnx": "onnxruntime", ".py": "python", ".pt": "torch", ".pt2": "torch", ".om": "om"}

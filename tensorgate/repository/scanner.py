@@ -14,7 +14,7 @@ from pathlib import Path
 from tensorgate.config.loading import load_file
 from tensorgate.config.model_config import ModelConfig
 from tensorgate.errors import ConfigError
-from tensorgate.repository.names import is_valid_model_name, is_valid_version
+from tensorgate.names import is_valid_model_name, is_valid_version
 from tensorgate.repository.source import ModelSource, VersionSource
 from tensorgate.repository.version_policy import served_versions
 
@@ -99,6 +99,13 @@ def scan_model(root: Path, model_dir: Path, override: ModelConfig | None = None)
             on_disk.append(VersionSource(version, artifact, directory))
         if not any(v.version in served for v in on_disk) and not problems:
             problems.append(f"{name}: the version policy selects no version on disk")
+    if backend == "llm" and config.traffic is not None and config.traffic.shadow is not None:
+        # A shadow compares tensors; a generative model samples, so equal requests may rightly answer
+        # different texts, and a copy of every generation would double its cost for nothing.
+        problems.append(
+            f"{name}/{CONFIG_FILE}: traffic.shadow is not for the llm backend (its answers are sampled "
+            "texts, which no comparison can judge); use traffic.weights or traffic.canary"
+        )
     return ModelSource(
         name=name,
         backend=backend,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tensorgate.config.model_config import ModelConfig
-from tensorgate.repository.names import is_valid_model_name, is_valid_version
+from tensorgate.names import is_valid_model_name, is_valid_version
 from tensorgate.repository.scanner import CONFIG_FILE, scan_model
 from tensorgate.repository.source import ModelSource
 

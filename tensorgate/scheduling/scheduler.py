@@ -15,9 +15,8 @@ import asyncio
 import functools
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 from tensorgate.clock import Clock
@@ -43,6 +42,7 @@ from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, dec
 from tensorgate.scheduling.deadline_admission import completion_estimate
 from tensorgate.scheduling.pending import Fault, Pending
 from tensorgate.scheduling.request_queue import RETRY_AFTER_S, RequestQueue
+from tensorgate.scheduling.statistics import InferenceStatistics
 from tensorgate.types import SHARED_TENANT, Array, InferRequest, InferResponse, Tenant
 
 T = TypeVar("T")
@@ -58,24 +58,6 @@ class QueueSettings:
     default_timeout_s: float | None = None
     order: str = "fifo"  # within a level: fifo (fair between tenants) or deadline (request_queue.ORDERS)
     deadline_admission: bool = False  # refuse at once what cannot meet its deadline (deadline_admission.py)
-
-
-@dataclass(slots=True)
-class VersionStats:
-    """Cumulative counters in the shape of Triton's statistics extension (nanoseconds)."""
-
-    inference_count: int = 0
-    execution_count: int = 0
-    success_count: int = 0
-    success_ns: int = 0
-    fail_count: int = 0
-    fail_ns: int = 0
-    queue_count: int = 0
-    queue_ns: int = 0
-    compute_count: int = 0
-    compute_ns: int = 0
-    last_inference_ms: int = 0
-    batch_stats: dict[int, list[int]] = field(default_factory=dict)  # rows -> [count, compute_ns]
 
 
 def settle(future: asyncio.Future[T] | None, result: T | BaseException) -> None:
@@ -127,7 +109,7 @@ class Scheduler:
         self._running: set[asyncio.Future[None]] = set()  # one per batch on an instance, done when it ends
         self._closed = False
         self._pump_scheduled = False
-        self.stats = VersionStats()
+        self.stats = InferenceStatistics()  # Triton's statistics extension
         # The measured cost line: what the adaptive batching window and deadline admission judge by.
         self._adaptive = batch.batching and batch.adaptive_delay
         self._deadline_admission = queue.deadline_admission
@@ -258,7 +240,7 @@ class Scheduler:
         """A request turned away at admission: a failure in the metrics and in the statistics
         (Triton counts its scheduler's rejections as failures too)."""
         self._outcomes[outcome].inc()
-        self.stats.fail_count += 1
+        self.stats.refused()
         if tenant is not SHARED_TENANT or self._tenants.active:
             self._tenants.ended(tenant.name, outcome, None)
 
@@ -270,13 +252,7 @@ class Scheduler:
         tenant = item.request.tenant
         if tenant is not SHARED_TENANT or self._tenants.active:  # nothing to show until one is named
             self._tenants.ended(tenant.name, outcome, elapsed)
-        stats = self.stats
-        if outcome == "success":
-            stats.success_count += 1
-            stats.success_ns += int(elapsed * 1e9)
-        else:
-            stats.fail_count += 1
-            stats.fail_ns += int(elapsed * 1e9)
+        self.stats.ended(outcome == "success", elapsed)
 
     # -- dispatch --------------------------------------------------------------------------------
 
@@ -380,8 +356,7 @@ class Scheduler:
                     item.dispatched_at = now
                     wait = now - item.arrival
                     self._queue_seconds.observe(wait)
-                    self.stats.queue_count += 1
-                    self.stats.queue_ns += int(wait * 1e9)
+                    self.stats.waited(wait)
             span = NOOP_BATCH
             if self._tracing and (not self._tracing_sampled_only or any(sampled(p.request.traceparent) for p in live)):
                 span = self._tracer.batch((p.request for p in live), sum(p.rows for p in live))
@@ -501,18 +476,7 @@ class Scheduler:
         self._compute_seconds.observe(elapsed)
         self._batch_size.observe(rows)
         self._executions.inc()
-        stats = self.stats
-        stats.last_inference_ms = int(time.time() * 1000)  # a timestamp (Triton's field), not a duration
-        stats.execution_count += 1
-        stats.inference_count += rows
-        stats.compute_count += requests
-        ns = int(elapsed * 1e9)
-        # Per request, as Triton: each request of the batch spent the whole execution computing, so
-        # compute_ns / compute_count is a request's compute time (batch_stats hold the per-batch view).
-        stats.compute_ns += ns * requests
-        entry = stats.batch_stats.setdefault(rows, [0, 0])
-        entry[0] += 1
-        entry[1] += ns
+        self.stats.executed(rows, elapsed, requests)
 
     def _response(self, item: Pending, outputs: Mapping[str, Array], started: float, elapsed: float) -> InferResponse:
         wanted = item.request.outputs

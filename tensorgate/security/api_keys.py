@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tensorgate.clock import Clock
 from tensorgate.errors import ConfigError
-from tensorgate.repository.names import is_valid_model_name
+from tensorgate.names import is_valid_model_name
 from tensorgate.security.identity import NO_LIMITS, ROLES, Identity, Limits
 from tensorgate.security.key_table import KeyTable
 

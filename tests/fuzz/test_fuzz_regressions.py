@@ -12,6 +12,9 @@
   waiting forever for the rest of its request, even after the connection closed: a task and a
   concurrent-stream slot leaked per such stream. Fixed in ``http2/stream.py`` (``Stream.reset``
   tells the call).
+- A V2 JSON body with a key holding a NUL (``"\u0000inputs"``) beside a large flat ``data``:
+  simdjson looks keys up as C strings, so the fast path's lookup of that key raised KeyError (HTTP
+  500). Fixed in ``json_tensors``: such a body takes the general decoder.
 """
 
 from __future__ import annotations
@@ -28,9 +31,18 @@ from tensorgate.protocols.grpc.codec import GrpcLimits
 from tensorgate.protocols.grpc.codec import decode_infer as decode_grpc
 from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 from tensorgate.protocols.grpc.http2 import frames as f
+from tensorgate.protocols.http.json_tensors import MIN_FAST_BYTES
 from tensorgate.protocols.http.v1_codec import decode_predict
 from tensorgate.protocols.http.v2_codec import DecodeLimits, decode_infer
 from tensorgate.types import DataType, TensorSpec
+
+
+def test_a_json_key_holding_a_nul_takes_the_general_decoder() -> None:
+    data = ",".join(str(v) for v in range(MIN_FAST_BYTES))  # large enough for the fast path
+    tensor = f'{{"name":"x","datatype":"INT64","shape":[{MIN_FAST_BYTES}],"data":[{data}]}}'
+    body = f'{{"\\u0000note":[{tensor}],"inputs":[{tensor}]}}'.encode()
+    request, _ = decode_infer(body, None, "m", None, DecodeLimits())
+    assert request.inputs["x"].tolist() == list(range(MIN_FAST_BYTES))
 
 
 @pytest.mark.parametrize("datatype", ["FP32", "BYTES", "BOOL"])

@@ -16,6 +16,7 @@ import numpy as np
 from google.protobuf import json_format
 
 from tensorgate.errors import InvalidInput, NotImplementedFeature
+from tensorgate.names import check_model_name, parse_version
 from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 from tensorgate.protocols.grpc.generated import model_config_pb2 as mc
 
@@ -24,7 +25,6 @@ from tensorgate.protocols.grpc.generated import model_config_pb2 as mc
 from tensorgate.protocols.parameters import MAX_INPUTS, priority_and_timeout
 from tensorgate.protocols.shared_memory import NO_SHARED_MEMORY, SharedMemoryUse, uses_shared_memory
 from tensorgate.protocols.tensor_codec import check_total_bytes, from_raw, parse_datatype, parse_shape, to_raw
-from tensorgate.repository.names import check_model_name, parse_version
 from tensorgate.types import Array, DataType, InferRequest, InferResponse, ModelMetadata
 
 # The typed ``contents`` field for each datatype (FP16 has none: it travels only as raw bytes).

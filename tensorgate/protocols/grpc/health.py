@@ -37,7 +37,7 @@ class ReadinessHealth(HealthServicer):  # type: ignore[misc]
         """SERVING / NOT_SERVING, or None for a name that is neither "" nor a known model."""
         if self._shutting_down:
             return NOT_SERVING
-        if name not in self._service.manager.models:
+        if not self._service.knows(name):
             if name in ("", INFERENCE_SERVICE):
                 return SERVING if self._service.ready() else NOT_SERVING
             return None
@@ -59,7 +59,7 @@ class ReadinessHealth(HealthServicer):  # type: ignore[misc]
 
     async def refresh(self) -> None:
         """Publish the current statuses for Watch streams (only changes wake a watcher)."""
-        for name in ("", INFERENCE_SERVICE, *self._service.manager.models):
+        for name in ("", INFERENCE_SERVICE, *(model.name for model in self._service.models())):
             await self.set(name, self.status_of(name))
 
     async def enter_graceful_shutdown(self) -> None:

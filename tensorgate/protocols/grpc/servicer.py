@@ -28,6 +28,7 @@ from tensorgate.errors import (
     Unavailable,
 )
 from tensorgate.models.service import InferenceService
+from tensorgate.names import check_model_name
 from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.trace_context import sampled
 from tensorgate.observability.tracing import NOOP_TRACER, RequestSpan, Tracer
@@ -46,7 +47,6 @@ from tensorgate.protocols.shared_memory import (
     region_owner,
 )
 from tensorgate.protocols.tenancy import Tenancy
-from tensorgate.repository.names import check_model_name
 from tensorgate.security.gate import Gate
 from tensorgate.security.identity import Identity
 from tensorgate.types import SHARED_TENANT, InferRequest
@@ -74,6 +74,22 @@ class GrpcSettings:
 
 def _metadata(context: Any) -> dict[str, str]:
     return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
+
+
+class _Metadata:
+    """A call's metadata as a header reader: the service's sticky key, the tenant. Read on first use."""
+
+    __slots__ = ("_context", "_read")
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+        self._read: dict[str, str] | None = None
+
+    def __call__(self, key: str) -> str | None:
+        read = self._read
+        if read is None:
+            read = self._read = _metadata(self._context)
+        return read.get(key)
 
 
 def _identity(context: Any) -> Identity | None:
@@ -192,12 +208,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     def _authorize(self, context: Any, *, changes: bool = True) -> None:
         """As HTTP: the transport's gate took an admin credential; PERMISSION_DENIED where the model
         control mode does not allow the call."""
-        self._service.repository.authorize(changes=changes)
+        self._service.authorize_repository(changes=changes)
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
             self._authorize(context, changes=False)
-            return codec.encode_index(await self._service.repository.index(), request.ready)
+            return codec.encode_index(await self._service.repository_index(), request.ready)
 
         return await self._guard(context, call)
 
@@ -205,7 +221,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         async def call() -> Any:
             self._authorize(context)
             name = check_model_name(request.model_name)
-            await self._service.repository.load(name, codec.load_config(request.parameters))
+            await self._service.load_model(name, codec.load_config(request.parameters))
             return pb.RepositoryModelLoadResponse()
 
         return await self._guard(context, call)
@@ -213,7 +229,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
             self._authorize(context)
-            await self._service.repository.unload(check_model_name(request.model_name))
+            await self._service.unload_model(check_model_name(request.model_name))
             return pb.RepositoryModelUnloadResponse()
 
         return await self._guard(context, call)
@@ -316,17 +332,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 self._service.count_failure(message.model_name, codec.optional_version(message.model_version), exc)
             raise
         tenancy = self._settings.tenancy
-        sticky = self._service.sticky_header(request.model)
-        # The call's metadata, read once for the two headers that may be looked up in it.
-        metadata = _metadata(context) if tenancy.enabled or sticky is not None else {}
+        metadata = _Metadata(context)  # read once, and only where a header is looked up in it
         tenant = (
-            tenancy.resolve(_identity(context), metadata.get(tenancy.metadata_key))
-            if tenancy.enabled
-            else SHARED_TENANT
+            tenancy.resolve(_identity(context), metadata(tenancy.metadata_key)) if tenancy.enabled else SHARED_TENANT
         )
         request = request.with_context(request_id, span.traceparent or traceparent, tenant)
-        key = None if sticky is None else metadata.get(sticky)
-        response = await self._service.infer(request, key)
+        response = await self._service.infer(request, metadata)
         served.version, served.queue_s, served.compute_s = str(response.version), response.queue_s, response.compute_s
         span.record(response)
         with span.child("encode"):

@@ -1,10 +1,10 @@
-"""Noticing that an HTTP client went away while its request waits, so the request leaves the queue.
+"""Noticing that an HTTP client went away, so its request stops: the one mechanism for every route.
 
 The listener says so itself: each connection carries a :class:`ConnectionWatch` in the ASGI scope's
 extensions, and its ``connection_lost`` cancels the request running on it at once, with no task
-per request and no delay. (It replaced a task per request that asked ``receive()`` for
-``http.disconnect`` once the request had outlived 100 ms: costlier, and blind to clients that
-left sooner.)
+per request and no delay. The app arms it around every request, so an inference leaves its
+queue and a generation frees its sequence the moment the client is gone. (Served by another ASGI
+server, which hands no watch, a request notices only when its answer cannot be written.)
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ class ConnectionWatch:
     """One per HTTP connection: the request running on it, cancelled when the connection is lost.
 
     An HTTP/1.1 connection runs one request at a time (pipelined ones wait their turn), so one
-    watch per connection serves them all: the app arms it with its task around the inference and
-    closes it after; the listener calls :meth:`lost` from ``connection_lost``.
+    watch per connection serves them all: the app arms it with the request's task and closes it
+    after; the listener calls :meth:`lost` from ``connection_lost``.
     """
 
     __slots__ = ("_gone", "_task", "disconnected")
@@ -32,7 +32,7 @@ class ConnectionWatch:
         self.disconnected = False
 
     def arm(self, task: asyncio.Task[Any]) -> ConnectionWatch:
-        """Watch for ``task``; if the client already left (while its body was decoded), cancel it now."""
+        """Watch for ``task``; if the client already left, cancel it now."""
         self._task = task
         if self._gone:
             self.lost()

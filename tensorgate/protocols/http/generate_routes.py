@@ -1,212 +1,18 @@
-"""Text generation over HTTP, shared plumbing plus the KServe/Triton generate extension.
-
-``POST /v2/models/{m}[/versions/{v}]/generate`` answers one JSON document;
-``.../generate_stream`` answers Server-Sent Events, one ``data: {...}`` per token. The plumbing
-here (finding a generative version, reading a JSON body, SSE, disconnect watching) also serves
-the OpenAI routes.
-"""
+"""The KServe / Triton generate extension: ``POST /v2/models/{m}[/versions/{v}]/generate`` answers one
+JSON document; ``.../generate_stream`` answers Server-Sent Events, one ``data: {...}`` per token."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any
 
-import orjson
-
-from tensorgate.errors import Cancelled, InvalidInput, TensorgateError
-from tensorgate.generation import FinishReason, GenerationStream, SamplingParams, TokenEvent
+from tensorgate.errors import InvalidInput, TensorgateError
+from tensorgate.generation import FinishReason, SamplingParams
 from tensorgate.models.service import InferenceService
-from tensorgate.protocols.http.body import Receive, read_body
-from tensorgate.protocols.http.security_headers import NOSNIFF
-
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-_JSON = (b"content-type", b"application/json")
-_SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), NOSNIFF]
-MAX_JSON_BYTES = 4 * 1024 * 1024
-
-
-class CallLike(Protocol):
-    """The parts of the app's per-exchange record these routes read and fill in."""
-
-    method: str
-    path: str
-    request_id: str
-    model: str
-    version: str
-    status: int
-
-    def header(self, name: bytes) -> str | None: ...
-
-    def allow_model(self, name: str) -> None:
-        """403 for a caller limited to other models (nothing where authentication is off)."""
-
-    def may_use(self, name: str) -> bool:
-        """Whether ``allow_model`` would pass, counting nothing (to filter a list)."""
-
-
-@runtime_checkable
-class TextGenerator(Protocol):
-    """What a generative model version offers the protocols (see ``models.generative``)."""
-
-    name: str
-    version: int
-    max_model_len: int
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]: ...
-
-    def token_text(self, token_id: int) -> str: ...
-
-    def submit(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        *,
-        priority: int | None = ...,
-        timeout_s: float | None = ...,
-        incremental: bool = ...,
-    ) -> GenerationStream: ...
-
-
-# isinstance() against a runtime-checkable Protocol looks up each of its members on every call
-# (~30 us here); a model version's class does not change, so the answer is kept per class.
-_GENERATES: dict[type, bool] = {}
-
-
-def generates_text(target: object) -> bool:
-    kind = type(target)
-    known = _GENERATES.get(kind)
-    if known is None:
-        known = _GENERATES[kind] = isinstance(target, TextGenerator)
-    return known
-
-
-def find_generator(service: InferenceService, name: str, version: int | None) -> TextGenerator:
-    target = service.router.route(name, version)
-    if not generates_text(target):
-        raise InvalidInput(f"model '{name}' does not generate text")
-    return cast(TextGenerator, target)
-
-
-async def read_json(receive: Receive, call: CallLike, limit: int) -> dict[str, Any]:
-    length_header = call.header(b"content-length")
-    length = int(length_header) if length_header and length_header.isdigit() else None
-    body = await read_body(receive, length, min(limit, MAX_JSON_BYTES))
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise InvalidInput("the request body is not valid JSON") from None
-    if not isinstance(document, dict):
-        raise InvalidInput("the request body must be a JSON object")
-    return document
-
-
-async def send_json(call: CallLike, send: Send, status: int, document: Any) -> None:
-    call.status = status
-    body = orjson.dumps(document)
-    headers = [
-        _JSON,
-        (b"content-length", str(len(body)).encode()),
-        (b"x-request-id", call.request_id.encode()),
-        NOSNIFF,
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-class EventSender:
-    """Server-Sent Events on one response: ``data: {...}`` lines, started on the first event."""
-
-    def __init__(self, call: CallLike, send: Send) -> None:
-        self._call = call
-        self._send = send
-        self.started = False
-
-    async def event(self, data: Any) -> None:
-        payload = data if isinstance(data, bytes) else orjson.dumps(data)
-        if not self.started:
-            self.started = True
-            self._call.status = 200
-            headers = [*_SSE, (b"x-request-id", self._call.request_id.encode())]
-            await self._send({"type": "http.response.start", "status": 200, "headers": headers})
-        await self._send({"type": "http.response.body", "body": b"data: " + payload + b"\n\n", "more_body": True})
-
-    async def close(self) -> None:
-        if self.started:
-            await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def merged(streams: list[GenerationStream], *, coalesce: bool) -> AsyncIterator[tuple[int, TokenEvent]]:
-    """Events of several streams (the ``n`` choices of one request) as they come."""
-    if len(streams) == 1:
-        async for event in streams[0].events(coalesce=coalesce):
-            yield 0, event
-        return
-    queue: asyncio.Queue[tuple[int, TokenEvent] | tuple[int, BaseException] | None] = asyncio.Queue()
-
-    async def pump(index: int, stream: GenerationStream) -> None:
-        try:
-            async for event in stream.events(coalesce=coalesce):
-                await queue.put((index, event))
-        except Exception as exc:
-            await queue.put((index, exc))
-        finally:
-            await queue.put(None)
-
-    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
-    try:
-        remaining = len(tasks)
-        while remaining:
-            item = await queue.get()
-            if item is None:
-                remaining -= 1
-                continue
-            index, got = item
-            if isinstance(got, BaseException):
-                raise got
-            yield index, got
-    finally:
-        for task in tasks:
-            task.cancel()
-        for stream in streams:
-            stream.cancel()
-
-
-@contextlib.asynccontextmanager
-async def watching_disconnect(receive: Receive, streams: list[GenerationStream]) -> AsyncIterator[None]:
-    """While the body runs, a client that disconnects cancels every stream (freed at the next step)."""
-
-    async def watch() -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                for stream in streams:
-                    stream.cancel()
-                return
-
-    watcher = asyncio.create_task(watch())
-    try:
-        yield
-    finally:
-        watcher.cancel()
-    if any(s.finish_reason is FinishReason.CANCELLED for s in streams) and watcher.done() and not watcher.cancelled():
-        raise Cancelled("the client disconnected")
-
-
-FINISH_REASONS = {
-    FinishReason.STOP: "stop",
-    FinishReason.LENGTH: "length",
-    FinishReason.CANCELLED: "abort",
-    FinishReason.EXPIRED: "abort",
-    FinishReason.ERROR: "abort",
-}
-
-
-# -- the KServe / Triton generate extension ----------------------------------------------------------
+from tensorgate.names import check_model_name, parse_version
+from tensorgate.protocols.http.body import Receive
+from tensorgate.protocols.http.exchange import Call, Responder, Send
+from tensorgate.protocols.http.routes import Params, RouteTable
+from tensorgate.protocols.http.streaming import FINISH_REASONS, EventSender, read_json
 
 _PARAMS = {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos", "priority", "timeout"}
 
@@ -255,46 +61,52 @@ def generate_params(document: dict[str, Any]) -> tuple[str, SamplingParams, int 
     return text, sampling, _number(params, "priority", int, None, 0), timeout
 
 
-async def handle_generate(
-    service: InferenceService,
-    call: CallLike,
-    name: str,
-    version: int | None,
-    stream_mode: bool,
-    receive: Receive,
-    send: Send,
-    limit: int,
-) -> None:
-    generator = find_generator(service, name, version)
-    document = await read_json(receive, call, limit)
-    text, params, priority, timeout = generate_params(document)
-    stream = generator.submit(
-        generator.encode(text), params, priority=priority or None, timeout_s=timeout, incremental=stream_mode
-    )
-    call.version = str(generator.version)
-    head = {"model_name": generator.name, "model_version": str(generator.version)}
-    if not stream_mode:
-        async with watching_disconnect(receive, [stream]):
+class GenerateRoutes:
+    def __init__(self, service: InferenceService, responder: Responder, max_body_bytes: int) -> None:
+        self._service = service
+        self._out = responder
+        self._limit = max_body_bytes
+
+    def register(self, routes: RouteTable) -> None:
+        for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+            routes.add("POST", f"{prefix}/generate", self.generate)
+            routes.add("POST", f"{prefix}/generate_stream", self.generate_stream)
+
+    async def generate(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
+        await self._handle(call, params, False, receive, send)
+
+    async def generate_stream(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
+        await self._handle(call, params, True, receive, send)
+
+    async def _handle(self, call: Call, params: Params, stream_mode: bool, receive: Receive, send: Send) -> None:
+        name = check_model_name(params["model"])
+        call.model = name
+        call.allow_model(name)
+        version = parse_version(params["version"]) if "version" in params else None
+        generator = await self._service.resolve(name, version, call.text_header).generator()
+        document = await read_json(receive, call, self._limit)
+        text, sampling, priority, timeout = generate_params(document)
+        stream = generator.submit(
+            generator.encode(text), sampling, priority=priority or None, timeout_s=timeout, incremental=stream_mode
+        )
+        call.version = str(generator.version)
+        head = {"model_name": generator.name, "model_version": str(generator.version)}
+        if not stream_mode:
             async for _ in stream.events(coalesce=True):
                 pass
-        reason = FINISH_REASONS.get(stream.finish_reason or FinishReason.STOP, "stop")
-        await send_json(
-            call,
-            send,
-            200,
-            {**head, "text_output": stream.text, "finish_reason": reason, "completion_tokens": len(stream.output_ids)},
-        )
-        return
-    sender = EventSender(call, send)
-    try:
-        async with watching_disconnect(receive, [stream]):
+            reason = FINISH_REASONS.get(stream.finish_reason or FinishReason.STOP, "stop")
+            answer = {**head, "text_output": stream.text, "finish_reason": reason}
+            await self._out.json(call, send, 200, {**answer, "completion_tokens": len(stream.output_ids)})
+            return
+        sender = EventSender(call, send)
+        try:
             async for event in stream.events(coalesce=True):
                 out: dict[str, Any] = {**head, "text_output": event.text}
                 if event.finish_reason is not None:
                     out["finish_reason"] = FINISH_REASONS[event.finish_reason]
                 await sender.event(out)
-    except TensorgateError as exc:
-        if not sender.started:
-            raise
-        await sender.event({"error": exc.message})
-    await sender.close()
+        except TensorgateError as exc:
+            if not sender.started:
+                raise
+            await sender.event({"error": exc.message})
+        await sender.close()

@@ -128,9 +128,12 @@ def _numbers(node: Any, datatype_name: object) -> np.ndarray[Any, Any] | None:
 
 
 def _unique_keys(node: Any) -> list[str] | None:
-    """The object's keys; None when one repeats (simdjson's lookup finds the first, orjson keeps the last)."""
+    """The object's keys; None when one repeats (simdjson's lookup finds the first, orjson keeps the
+    last) or holds a NUL (simdjson looks a key up as a C string, so it cannot find that one)."""
     keys = list(node.keys())
-    return keys if len(set(keys)) == len(keys) else None
+    if len(set(keys)) != len(keys) or any("\x00" in key for key in keys):
+        return None
+    return keys
 
 
 def _plain(value: Any) -> Any:

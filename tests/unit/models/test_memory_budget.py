@@ -18,7 +18,7 @@ from model_builders import wait_until, write_weights_model
 from tensorgate.clock import MonotonicClock
 from tensorgate.errors import DeadlineExceeded, ModelLoadError, Unavailable
 from tensorgate.models.manager import ModelManager
-from tensorgate.models.model_version import VersionState
+from tensorgate.models.servable import VersionState
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.metrics import Metrics
 from tensorgate.repository.scanner import scan_model

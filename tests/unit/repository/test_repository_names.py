@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tensorgate.errors import InvalidInput
-from tensorgate.repository.names import check_model_name, is_valid_model_name, parse_version
+from tensorgate.names import check_model_name, is_valid_model_name, parse_version
 
 SPEC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
