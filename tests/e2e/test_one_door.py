@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import httpx
-import onnx
 import pytest
 import yaml
 from onnx import TensorProto, helper

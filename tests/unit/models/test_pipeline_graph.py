@@ -18,9 +18,9 @@ from tensorgate.clock import MonotonicClock
 from tensorgate.config.model_config import ModelConfig
 from tensorgate.errors import ModelLoadError
 from tensorgate.models.manager import ModelManager
-from tensorgate.models.servable import VersionState
 from tensorgate.models.pipeline import check_steps
 from tensorgate.models.response_cache import ResponseCache
+from tensorgate.models.servable import VersionState
 from tensorgate.models.service import InferenceService
 from tensorgate.observability.metrics import Metrics
 from tensorgate.repository.scanner import scan_model
