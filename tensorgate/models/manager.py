@@ -19,60 +19,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Coroutine
 from typing import Any
 
 from tensorgate.clock import Clock
 from tensorgate.config.model_config import ModelConfig, VersionPolicy
 from tensorgate.errors import ModelLoadError
+from tensorgate.models.entry import LoadedFrom, ModelEntry
 from tensorgate.models.memory_budget import MemoryBudget, NoRoom, Residence
 from tensorgate.models.pipeline import StepRunner
 from tensorgate.models.response_cache import ResponseCache, VersionCache
-from tensorgate.models.rollout import Rollout, RolloutState
+from tensorgate.models.rollout import RolloutState
 from tensorgate.models.servable import Servable, VersionState, VersionStatus
-from tensorgate.models.shadow import Shadow
-from tensorgate.models.traffic import TrafficState
+from tensorgate.models.traffic_control import TrafficControl
 from tensorgate.models.version_loader import build_version
 from tensorgate.observability.metrics import Metrics
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.repository.source import ModelSource, VersionSource
-from tensorgate.repository.version_policy import canary_stable, served_versions
+from tensorgate.repository.version_policy import served_versions
 
 log = logging.getLogger(__name__)
-
-# What a version was loaded from: its files' revision and the configuration that matters to a load.
-Identity = tuple[str, ModelConfig]
 
 
 def _load_config(config: ModelConfig) -> ModelConfig:
     """The configuration without what changes no loaded version (traffic, which versions to serve)."""
     return config.model_copy(update={"traffic": None, "version_policy": VersionPolicy()})
-
-
-@dataclass(slots=True)
-class ModelEntry:
-    source: ModelSource
-    versions: dict[int, Servable] = field(default_factory=dict)  # serving (READY, or every instance down)
-    statuses: dict[int, VersionStatus] = field(default_factory=dict)
-    problem: str = ""
-    # Counts for the server's readiness: every model found at startup, and a model added later from
-    # the moment it first served. An unloaded model stops counting.
-    wanted: bool = True
-    traffic: TrafficState | None = None
-    loaded: dict[int, Identity] = field(default_factory=dict)
-    failed: dict[int, Identity] = field(default_factory=dict)
-    generations: dict[int, int] = field(default_factory=dict)  # loads of each version number so far
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    residence: Residence = field(default_factory=Residence)  # memory residency (models/memory_budget.py)
-
-    def latest_ready(self) -> Servable | None:
-        """The highest READY version; a loop rather than a sort, because every request asks."""
-        best: Servable | None = None
-        for version in self.versions.values():
-            if version.ready and (best is None or version.version > best.version):
-                best = version
-        return best
 
 
 class ModelManager:
@@ -90,7 +61,8 @@ class ModelManager:
         self.clock = clock
         self._metrics = metrics
         self._drain_timeout_s = drain_timeout_s
-        self._rng = rng if rng is not None else random.Random()
+        rng = rng if rng is not None else random.Random()
+        self._traffic = TrafficControl(clock, metrics, rng, self._rollout_ended)
         self.models: dict[str, ModelEntry] = {}
         # True until the startup scan has named every model: the listeners are up before it, and a
         # model not named yet is not unknown (503, retried elsewhere by a balancer, rather than 404).
@@ -170,7 +142,7 @@ class ModelManager:
             )
             if not reload_all:  # weights and the like take effect at once, before anything loads
                 entry.source = source
-                self._set_traffic(entry)
+                self._traffic.configure(entry)
             served = self._served(entry, source)
             failures = []
             for vsource in served:
@@ -185,7 +157,7 @@ class ModelManager:
                     failures.append(error)
             if reload_all and not failures:  # else the copies with the old configuration serve on: it stays
                 entry.source = source
-                self._set_traffic(entry)
+                self._traffic.configure(entry)
             entry.problem = ""
             wanted = {v.version for v in served}
             if any(mv.ready for v, mv in entry.versions.items() if v in wanted):
@@ -195,7 +167,7 @@ class ModelManager:
                 if entry.statuses[version].state is VersionState.FAILED:  # no longer asked for: forgotten
                     del entry.statuses[version]
                     entry.failed.pop(version, None)
-            self._check_rollout(entry)
+            self._traffic.check_rollout(entry)
             if failures:
                 raise ModelLoadError("; ".join(failures))
             if not any(mv.ready for mv in entry.versions.values()):
@@ -210,7 +182,7 @@ class ModelManager:
         return [v for v in pool if v.version in numbers]
 
     async def _load_and_switch(
-        self, entry: ModelEntry, source: ModelSource, vsource: VersionSource, identity: Identity
+        self, entry: ModelEntry, source: ModelSource, vsource: VersionSource, identity: LoadedFrom
     ) -> str:
         """Load one version beside what serves, then put it in service. Returns "" or why it failed."""
         name, number = source.name, vsource.version
@@ -330,7 +302,7 @@ class ModelManager:
             if entry.traffic is not None and entry.traffic.shadow is not None:
                 await entry.traffic.shadow.aclose()
             entry.traffic = None
-            self._publish_traffic(entry)
+            self._traffic.publish(entry)
             entry.problem = "unloaded"
             if drains:
                 await asyncio.gather(*drains)
@@ -340,78 +312,11 @@ class ModelManager:
                 del self.models[name]
         log.info("model %s is unloaded", name)
 
-    # -- traffic ---------------------------------------------------------------------------------
-
-    def _set_traffic(self, entry: ModelEntry) -> None:
-        """Build the model's traffic state from its configuration, keeping a rollout or shadow whose
-        own settings did not change (a poll that finds the same canary does not restart it)."""
-        config = entry.source.config.traffic
-        old = entry.traffic
-        if config is None:
-            entry.traffic = None
-            self._publish_traffic(entry)
-            return
-        rollout = None
-        if config.canary is not None:
-            kept = old.rollout if old is not None else None
-            on_disk = [v.version for v in (entry.source.on_disk or entry.source.versions)]
-            stable = canary_stable(config.canary, on_disk)
-            if kept is not None and kept.config == config.canary and kept.stable == stable:
-                rollout = kept
-            elif stable is not None:
-                rollout = Rollout(entry.source.name, config.canary, stable, self.clock, self._rollout_changed(entry))
-            else:
-                log.error(
-                    "model %s: canary version %d has no earlier version on disk to be judged against; "
-                    "set traffic.canary.stable",
-                    entry.source.name,
-                    config.canary.version,
-                )
-        shadow = None
-        if config.shadow is not None:
-            kept_shadow = old.shadow if old is not None else None
-            if kept_shadow is not None and kept_shadow.config == config.shadow:
-                shadow = kept_shadow
-            else:
-                shadow = Shadow(entry.source.name, config.shadow, self._metrics, self._rng)
-        entry.traffic = TrafficState(config, rollout, shadow, self._rng)
-        self._publish_traffic(entry)
-
-    def _rollout_changed(self, entry: ModelEntry) -> Callable[[Rollout], None]:
-        def changed(rollout: Rollout) -> None:
-            self._publish_traffic(entry)
-            if rollout.state is not RolloutState.STEPPING and not self._closed:
-                # Promoted: the old version goes as the version policy says. Re-applied as its own
-                # task: this runs inside a request's completion.
-                self._spawn(self._apply_quietly(entry, entry.source))
-
-        return changed
-
-    def _check_rollout(self, entry: ModelEntry) -> None:
-        """A canary that cannot serve (its load failed) is rolled back rather than left waiting."""
-        rollout = entry.traffic.rollout if entry.traffic is not None else None
-        if rollout is None or rollout.state is not RolloutState.STEPPING:
-            return
-        status = entry.statuses.get(rollout.canary)
-        if status is None:  # nothing was loaded for it: its directory is not in the repository
-            rollout.roll_back(f"canary version {rollout.canary} is not in the model repository")
-        elif status.state is VersionState.FAILED:
-            rollout.roll_back(f"canary version {rollout.canary} failed to load: {status.reason}")
-
-    def _publish_traffic(self, entry: ModelEntry) -> None:
-        name = entry.source.name
-        shares = entry.traffic.shares() if entry.traffic is not None else []
-        total = sum(weight for _, weight in shares)
-        numbers = set(entry.versions) | {v for v, _ in shares}
-        for number in numbers:
-            weight = dict(shares).get(number, 0.0)
-            self._metrics.traffic_share.labels(name, str(number)).set(100.0 * weight / total if total else 0.0)
-        rollout = entry.traffic.rollout if entry.traffic is not None else None
-        for state in RolloutState:
-            if rollout is not None:
-                self._metrics.rollout_state.labels(name, state.value).set(1 if rollout.state is state else 0)
-            else:  # no rollout (any more): no series, rather than the last one's state forever
-                self._metrics.rollout_state.remove(name, state.value)
+    def _rollout_ended(self, entry: ModelEntry) -> None:
+        """Promoted or rolled back: the old version goes as the version policy says. Re-applied as
+        its own task: this runs inside a request's completion."""
+        if not self._closed:
+            self._spawn(self._apply_quietly(entry, entry.source))
 
     # -- readiness and shutdown ------------------------------------------------------------------
 

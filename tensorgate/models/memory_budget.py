@@ -46,7 +46,7 @@ from tensorgate.observability.metrics import Metrics
 from tensorgate.repository.source import ModelSource, VersionSource
 
 if TYPE_CHECKING:
-    from tensorgate.models.manager import ModelEntry
+    from tensorgate.models.entry import ModelEntry
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,8 @@ them once per request (:class:`~tensorgate.models.target.Target`).
 from __future__ import annotations
 
 from tensorgate.errors import NotFound, Unavailable
-from tensorgate.models.manager import ModelEntry, ModelManager
+from tensorgate.models.entry import ModelEntry
+from tensorgate.models.manager import ModelManager
 from tensorgate.models.servable import Servable
 from tensorgate.models.traffic import TrafficState, pick
 from tensorgate.names import check_model_name

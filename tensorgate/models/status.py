@@ -17,8 +17,8 @@ from collections.abc import Set
 from typing import Any
 
 from tensorgate.clock import Clock
+from tensorgate.models.entry import ModelEntry
 from tensorgate.models.generative import GenerativeVersion
-from tensorgate.models.manager import ModelEntry
 from tensorgate.models.servable import Servable, VersionState, VersionStatus
 from tensorgate.models.service import SERVER_NAME, SERVER_VERSION, InferenceService
 from tensorgate.observability.status_window import RATE_SPAN_S, WINDOW_S, StatusWindows, WindowFigures

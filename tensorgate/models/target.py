@@ -20,7 +20,7 @@ from tensorgate.clock import Clock
 from tensorgate.errors import InvalidInput, TensorgateError
 from tensorgate.generation import GenerationStream, SamplingParams
 from tensorgate.models import router
-from tensorgate.models.manager import ModelEntry
+from tensorgate.models.entry import ModelEntry
 from tensorgate.models.servable import Servable, TextGenerator
 from tensorgate.models.traffic import TrafficState
 from tensorgate.types import InferRequest, InferResponse

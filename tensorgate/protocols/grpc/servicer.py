@@ -23,7 +23,6 @@ from tensorgate.errors import (
     InternalError,
     InvalidInput,
     NotFound,
-    NotImplementedFeature,
     TensorgateError,
     Unavailable,
 )
@@ -33,22 +32,26 @@ from tensorgate.observability.access_log import AccessLog
 from tensorgate.observability.trace_context import sampled
 from tensorgate.observability.tracing import NOOP_TRACER, RequestSpan, Tracer
 from tensorgate.protocols.grpc import codec
+from tensorgate.protocols.grpc.context import (
+    MetadataReader,
+    identity_of,
+    is_local,
+    metadata_of,
+    owner_of,
+    past_deadline,
+)
 from tensorgate.protocols.grpc.errors import Metadata, abort
 from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 from tensorgate.protocols.grpc.generated import grpc_service_pb2_grpc as pb_grpc
+from tensorgate.protocols.grpc.management_rpcs import ManagementRpcs
 from tensorgate.protocols.grpc.raw_inputs import ReceivedInfer, receive_infer_request
 from tensorgate.protocols.request_ids import RequestIds
 from tensorgate.protocols.shared_memory import (
-    CUDA_MESSAGE,
     SharedMemoryRegions,
     SharedMemoryUse,
-    grpc_peer_host,
-    is_local_peer,
-    region_owner,
 )
 from tensorgate.protocols.tenancy import Tenancy
 from tensorgate.security.gate import Gate
-from tensorgate.security.identity import Identity
 from tensorgate.types import SHARED_TENANT, InferRequest
 
 log = logging.getLogger(__name__)
@@ -72,44 +75,6 @@ class GrpcSettings:
     on_unavailable: Callable[[], None] | None = None
 
 
-def _metadata(context: Any) -> dict[str, str]:
-    return {key: value for key, value in (context.invocation_metadata() or ()) if isinstance(value, str)}
-
-
-class _Metadata:
-    """A call's metadata as a header reader: the service's sticky key, the tenant. Read on first use."""
-
-    __slots__ = ("_context", "_read")
-
-    def __init__(self, context: Any) -> None:
-        self._context = context
-        self._read: dict[str, str] | None = None
-
-    def __call__(self, key: str) -> str | None:
-        read = self._read
-        if read is None:
-            read = self._read = _metadata(self._context)
-        return read.get(key)
-
-
-def _identity(context: Any) -> Identity | None:
-    identity = getattr(context, "identity", None)
-    return identity if isinstance(identity, Identity) else None
-
-
-def _owner(context: Any) -> str:
-    return region_owner(_identity(context))
-
-
-def _local(context: Any) -> bool:
-    return is_local_peer(grpc_peer_host(context.peer()))
-
-
-def _past_deadline(context: Any) -> bool:
-    remaining = context.time_remaining()
-    return remaining is not None and remaining <= 0
-
-
 def _timeout(request: InferRequest, context: Any) -> InferRequest:
     """The gRPC deadline becomes the request's timeout (the earlier of it and the V2 ``timeout``)."""
     remaining = context.time_remaining()
@@ -122,7 +87,7 @@ def _timeout(request: InferRequest, context: Any) -> InferRequest:
     return request
 
 
-class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+class InferenceServicer(ManagementRpcs, pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     """The RPCs of ``inference.GRPCInferenceService``; created by the listener, one per server.
 
     Handlers run on the event loop and never block: tensors are decoded with ``np.frombuffer``
@@ -141,7 +106,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         """A valid model name that the caller may use (403 for a caller limited to other models)."""
         name = check_model_name(name)
         if self._settings.gate is not None:
-            self._settings.gate.check_model(_identity(context), name)
+            self._settings.gate.check_model(identity_of(context), name)
         return name
 
     async def _guard(self, context: Any, call: Callable[[], Awaitable[T]], ids: Metadata = ()) -> T:
@@ -196,91 +161,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
     async def ModelStatistics(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
             if not request.name and self._settings.gate is not None:  # every model's: not for a limited caller
-                self._settings.gate.check_all_models(_identity(context))
+                self._settings.gate.check_all_models(identity_of(context))
             name = self._model(context, request.name) if request.name else None
             version = codec.optional_version(request.version) if name is not None else None
             return codec.encode_statistics(self._service.statistics(name, version))
 
         return await self._guard(context, call)
-
-    # -- repository (management) -----------------------------------------------------------------
-
-    def _authorize(self, context: Any, *, changes: bool = True) -> None:
-        """As HTTP: the transport's gate took an admin credential; PERMISSION_DENIED where the model
-        control mode does not allow the call."""
-        self._service.authorize_repository(changes=changes)
-
-    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
-        async def call() -> Any:
-            self._authorize(context, changes=False)
-            return codec.encode_index(await self._service.repository_index(), request.ready)
-
-        return await self._guard(context, call)
-
-    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
-        async def call() -> Any:
-            self._authorize(context)
-            name = check_model_name(request.model_name)
-            await self._service.load_model(name, codec.load_config(request.parameters))
-            return pb.RepositoryModelLoadResponse()
-
-        return await self._guard(context, call)
-
-    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
-        async def call() -> Any:
-            self._authorize(context)
-            await self._service.unload_model(check_model_name(request.model_name))
-            return pb.RepositoryModelUnloadResponse()
-
-        return await self._guard(context, call)
-
-    # -- shared memory (Triton's extension) ------------------------------------------------------
-
-    def _regions_for(self, context: Any) -> SharedMemoryRegions:
-        self._regions.check_caller(_local(context))
-        return self._regions
-
-    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        async def call() -> Any:
-            answer = pb.SystemSharedMemoryStatusResponse()
-            for region in self._regions_for(context).status(_owner(context), request.name or None):
-                status = answer.regions[region["name"]]
-                status.name, status.key = region["name"], region["key"]
-                status.offset, status.byte_size = region["offset"], region["byte_size"]
-            return answer
-
-        return await self._guard(context, call)
-
-    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        async def call() -> Any:
-            self._regions_for(context).register(
-                _owner(context), request.name, request.key, request.offset, request.byte_size
-            )
-            return pb.SystemSharedMemoryRegisterResponse()
-
-        return await self._guard(context, call)
-
-    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        async def call() -> Any:
-            self._regions_for(context).unregister(_owner(context), request.name or None)
-            return pb.SystemSharedMemoryUnregisterResponse()
-
-        return await self._guard(context, call)
-
-    async def _no_cuda(self, context: Any) -> Any:
-        async def call() -> Any:
-            raise NotImplementedFeature(CUDA_MESSAGE)
-
-        return await self._guard(context, call)
-
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        return await self._no_cuda(context)
-
-    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        return await self._no_cuda(context)
-
-    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return await self._no_cuda(context)
 
     # -- inference -------------------------------------------------------------------------------
 
@@ -291,7 +177,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         message = received.message
         started = self._clock.now()
         outcome = "OK"
-        caller = _identity(context)
+        caller = identity_of(context)
         served = _Served(message.model_version[:20] or "-", identity=None if caller is None else caller.name)
         try:
             tracer = self._tracer
@@ -304,7 +190,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             raise
         except asyncio.CancelledError:
             # The transport cancels the handler when the client cancels, and when the deadline passes.
-            outcome = "DEADLINE_EXCEEDED" if _past_deadline(context) else "CANCELLED"
+            outcome = "DEADLINE_EXCEEDED" if past_deadline(context) else "CANCELLED"
             raise
         finally:
             self._access(rpc, message, request_id, outcome, started, served)
@@ -322,8 +208,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         if received.error is not None:
             raise InvalidInput(received.error)
         if self._settings.gate is not None and message.model_name:  # before any tensor is decoded
-            self._settings.gate.check_model(_identity(context), check_model_name(message.model_name))
-        shared = SharedMemoryUse(self._regions, _owner(context), _local(context)) if self._regions.enabled else None
+            self._settings.gate.check_model(identity_of(context), check_model_name(message.model_name))
+        shared = SharedMemoryUse(self._regions, owner_of(context), is_local(context)) if self._regions.enabled else None
         try:
             request = _timeout(codec.decode_infer(message, self._settings.limits, received.raw, shared), context)
         except TensorgateError as exc:
@@ -332,9 +218,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
                 self._service.count_failure(message.model_name, codec.optional_version(message.model_version), exc)
             raise
         tenancy = self._settings.tenancy
-        metadata = _Metadata(context)  # read once, and only where a header is looked up in it
+        metadata = MetadataReader(context)  # read once, and only where a header is looked up in it
         tenant = (
-            tenancy.resolve(_identity(context), metadata(tenancy.metadata_key)) if tenancy.enabled else SHARED_TENANT
+            tenancy.resolve(identity_of(context), metadata(tenancy.metadata_key)) if tenancy.enabled else SHARED_TENANT
         )
         request = request.with_context(request_id, span.traceparent or traceparent, tenant)
         response = await self._service.infer(request, metadata)
@@ -344,7 +230,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             return codec.encode_infer(response, shared)
 
     async def ModelInfer(self, request: ReceivedInfer, context: Any) -> Any:
-        headers = _metadata(context)
+        headers = metadata_of(context)
         request_id = self._ids.of(headers.get("x-request-id"))
         ids: Metadata = (("x-request-id", request_id),)
         context.set_trailing_metadata(ids)
@@ -357,7 +243,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
 
         A failed request answers with ``error_message`` and the stream goes on.
         """
-        headers = _metadata(context)
+        headers = metadata_of(context)
         stream_id = self._ids.of(headers.get("x-request-id"))
         context.set_trailing_metadata((("x-request-id", stream_id),))
         traceparent = headers.get("traceparent")
