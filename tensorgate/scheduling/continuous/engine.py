@@ -36,6 +36,7 @@ from tensorgate.generation import (
     TokenEvent,
 )
 from tensorgate.observability.generation_metrics import VersionGenerationMetrics
+from tensorgate.scheduling.continuous.detokenize import IncrementalText
 from tensorgate.scheduling.continuous.sequence import Sequence
 from tensorgate.scheduling.continuous.step_scheduler import SeqUpdate, StepScheduler
 from tensorgate.scheduling.scheduler import settle
@@ -70,6 +71,7 @@ class Engine:
         self._metrics = metrics
         self._settings = settings or EngineSettings()
         self._streams: dict[int, GenerationStream] = {}  # touched on the event loop only
+        self._texts: dict[int, IncrementalText] = {}  # an incremental stream's text, decoded as it comes
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # the scheduler's: driver thread and event loop both use it
         self._work = threading.Condition(self._lock)  # wakes an idle driver
@@ -152,6 +154,8 @@ class Engine:
             incremental=incremental or bool(params.stop),
         )
         self._streams[seq.seq_id] = stream
+        if stream.incremental:
+            self._texts[seq.seq_id] = IncrementalText(self._detok.decode, params.stop)
         if self._metrics is not None:
             self._metrics.prompt_tokens.inc(len(prompt_ids))
         self._quiet.clear()
@@ -159,6 +163,7 @@ class Engine:
 
     def abort(self, seq_id: int, error: BaseException | None = None) -> None:
         stream = self._streams.pop(seq_id, None)
+        self._texts.pop(seq_id, None)
         if stream is None:
             return
         with self._work:
@@ -267,17 +272,23 @@ class Engine:
 
     def _end(self, seq: Sequence) -> None:
         stream = self._streams.pop(seq.seq_id, None)
+        texts = self._texts.pop(seq.seq_id, None)
         if stream is None:
             return
         stream.finish_reason = seq.finish_reason
         if seq.quiet:  # a finished record is no longer written to
             stream.output_ids = seq.output_ids[:]
-        if not stream.incremental and stream.output_ids:
+        rest = ""  # what an incremental stream held back, in case a stop string began in it
+        if texts is not None:
+            texts.add(stream.output_ids, final=True)
+            rest = texts.take(final=True)
+            stream.text = texts.text
+        elif stream.output_ids:
             stream.text = self._detok.decode(stream.output_ids)
         if seq.finish_reason is FinishReason.EXPIRED and not stream.output_ids:
             stream.put(DeadlineExceeded("the request's deadline passed before it was scheduled"))
         else:
-            stream.put(TokenEvent(None, "", finish_reason=seq.finish_reason, count=0))
+            stream.put(TokenEvent(None, rest, finish_reason=seq.finish_reason, count=0))
 
     def _deliver(self, update: SeqUpdate, sampled: Sampled, now: float) -> None:
         """Hand one token to its stream (a quiet one's last: all of them), unless the stream is gone."""
@@ -299,33 +310,25 @@ class Engine:
             if update.seq.params.logprobs is not None:  # the caller collects per-token log-probabilities
                 stream.put(TokenEvent(sampled.token_id, "", sampled.logprob, sampled.top))
             return  # otherwise nobody needs waking before the end
-        text = self._detok.decode(stream.output_ids)
-        if stream.stop:
-            found = _find_stop(text, stream.stop, len(stream.text))
-            if found is not None:
-                text = text[:found]
-                finish = FinishReason.STOP
-                if not update.finished:
-                    with self._work:
-                        self.scheduler.finish(update.seq.seq_id, FinishReason.STOP)
-                        self._work.notify()
-        if text.endswith("\ufffd") and finish is None:
-            delta = ""  # an incomplete multi-byte character: wait for the next token
+        texts = self._texts.get(stream.seq_id)
+        if texts is None:  # the whole answer, decoded once now that it has ended
+            stream.text = delta = self._detok.decode(stream.output_ids)
         else:
-            delta = text[len(stream.text) :]
-            stream.text = text
+            texts.add(stream.output_ids, final=finish is not None)
+            if texts.stopped and finish is None:  # a stop string: the sequence ends here
+                with self._work:
+                    self.scheduler.finish(update.seq.seq_id, FinishReason.STOP)
+                    self._work.notify()
+            if texts.stopped:
+                finish = FinishReason.STOP
+            delta = texts.take(final=finish is not None)
+            stream.text = texts.text
         stream.put(TokenEvent(sampled.token_id, delta, sampled.logprob, sampled.top, finish))
         if finish is not None:
             stream.finish_reason = finish
             del self._streams[stream.seq_id]
+            self._texts.pop(stream.seq_id, None)
             if m is not None:
                 m.e2e.observe(now - stream.arrival)
                 if len(stream.output_ids) > 1 and stream.first_token_at is not None:
                     m.tpot.observe((now - stream.first_token_at) / (len(stream.output_ids) - 1))
-
-
-def _find_stop(text: str, stops: tuple[str, ...], previous: int) -> int | None:
-    longest = max(len(s) for s in stops)
-    begin = max(0, previous - longest)
-    hits = [i for i in (text.find(s, begin) for s in stops if s) if i >= 0]
-    return min(hits) if hits else None
