@@ -42,7 +42,9 @@ install: $(STAMP) $(NATIVE)
 serve: install
 	$(BIN)/tensorgate serve $(ARGS)
 
+# The Debian programs some tests drive (nginx, Chromium, kubectl), installed first where missing.
 test: install
+	bash tests/system_packages.sh
 	$(BIN)/python -m pytest -n auto -q
 
 check: $(STAMP)

@@ -1,4 +1,4 @@
-"""tensorgate's own HTTP app served by Granian: the same server behind another HTTP front end (issue 36).
+"""tensorgate's own HTTP app served by Granian: the same server behind another HTTP front end.
 
 ``python benchmarks/_granian_tensorgate.py PORT MODEL_REPOSITORY`` runs Granian (HTTP in Rust; one
 worker, one runtime thread, uvloop) through its ASGI interface with lifespan. At lifespan startup,

@@ -1,6 +1,6 @@
 """Front-end processes in front of one scheduler process: what the hop between them costs.
 
-Issue 36's fallback, should no HTTP server reach the bar on one core: HTTP parsed in front-end
+A fallback, should no HTTP server reach the bar on one core: HTTP parsed in front-end
 processes sharing the port, each request handed to the one process that schedules and runs the
 model. This measures that shape with nothing else in it, so the hop's own cost shows:
 

@@ -1,4 +1,4 @@
-"""The soak's arithmetic (reliability.md M-1 and M-3): pure functions, no I/O, no clock.
+"""The soak's arithmetic (its bars, and the planted leak that must miss them): pure functions, no I/O, no clock.
 
 ``bench_soak.py`` samples the server's memory and times every request; everything it concludes
 from those numbers is decided here, so ``tests/bench/test_soak_fit.py`` can check the detector on
@@ -12,16 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 MIB = 1024 * 1024
-# M-1's bar: the tree's memory may grow by less than this after warm-up.
+# The bar: the tree's memory may grow by less than this after warm-up.
 SLOPE_BAR_MIB_PER_MIN = 0.5
-# M-1 discards the first 2 minutes of 10; shorter runs discard the same share.
+# The soak discards the first 2 minutes of 10; shorter runs discard the same share.
 WARMUP_FRACTION = 0.2
-# M-1: PSS(end) - PSS(end of warm-up) below the larger of 5 % and 16 MiB.
+# PSS(end) - PSS(end of warm-up) below the larger of 5 % and 16 MiB.
 GROWTH_BAR_FRACTION = 0.05
 GROWTH_BAR_MIB = 16.0
-# M-1: FDs, threads and children "flat": the end within 2 of the value at the end of warm-up.
+# FDs, threads and children "flat": the end within 2 of the value at the end of warm-up.
 FLAT_TOLERANCE = 2
-# M-1: P99 of the last minute under 1.5 times P99 of the first.
+# P99 of the last minute under 1.5 times P99 of the first.
 P99_RATIO_BAR = 1.5
 
 
@@ -77,12 +77,12 @@ def memory_fit(times_s: Sequence[float], sizes_bytes: Sequence[float], warmup: f
 
 
 def slope_met(fit: Fit, bar: float = SLOPE_BAR_MIB_PER_MIN) -> bool:
-    """M-1: the memory slope after warm-up is under the bar."""
+    """The memory slope after warm-up is under the bar."""
     return fit.slope < bar
 
 
 def growth_bar_mib(at_warmup_mib: float) -> float:
-    """M-1's allowance for growth from the end of warm-up to the end: max(5 %, 16 MiB)."""
+    """The allowance for growth from the end of warm-up to the end: max(5 %, 16 MiB)."""
     return max(GROWTH_BAR_FRACTION * at_warmup_mib, GROWTH_BAR_MIB)
 
 
@@ -91,7 +91,7 @@ def growth_met(at_warmup_mib: float, at_end_mib: float) -> bool:
 
 
 def flat(before: int, after: int, tolerance: int = FLAT_TOLERANCE) -> bool:
-    """M-1's "flat" for counts (FDs, threads, processes): within ``tolerance`` of each other."""
+    """"Flat" for counts (FDs, threads, processes): within ``tolerance`` of each other."""
     return abs(after - before) <= tolerance
 
 

@@ -1,4 +1,4 @@
-"""``tensorgate bench`` vs ``hey`` against the same endpoint, side by side in one run (issue 5).
+"""``tensorgate bench`` vs ``hey`` against the same endpoint, side by side in one run.
 
 The load generator must not be the bottleneck, so its numbers are checked against a reference
 client on the same machine at the same moment: ``hey -c 64 -z 5s`` and ``tensorgate bench -c 64

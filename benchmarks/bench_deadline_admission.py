@@ -1,5 +1,5 @@
 """Goodput at 1.5x overload with deadlines: deadline admission and earliest-deadline-first order
-against FIFO with timeouts, in one run (issue 34 part 2).
+against FIFO with timeouts, in one run.
 
 One server, two copies of one model (one instance of a Python model that sleeps 10 ms a request:
 100 requests/s), every request with a deadline of 100 ms (``default_timeout_ms``):

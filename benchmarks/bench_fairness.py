@@ -1,4 +1,4 @@
-"""Fair sharing between tenants under a flood, in one run (issue 34 part 1).
+"""Fair sharing between tenants under a flood, in one run.
 
 A model whose capacity is known and small beside the event loop's (four instances of a Python
 model that sleeps 40 ms a request, about a ResNet-50 row on a CPU: 100 requests/s), so the queue,

@@ -1,4 +1,4 @@
-"""The HTTP front end at its limit: the small model against bare echo servers, under two clients (issue 36).
+"""The HTTP front end at its limit: the small model against bare echo servers, under two clients.
 
 The MLP is the case where the server's own work per request is all there is, and its limit is
 the one event-loop core. In one sitting this measures, with ``hey`` and with ``tensorgate bench``
@@ -7,11 +7,11 @@ as the client (64 connections, keep-alive, byte-identical V2 JSON bodies):
 - bare echo servers that answer the ``mlp`` response without a model: uvicorn with httptools
   (what tensorgate's listener is built on) and Granian (HTTP in Rust) through RSGI and ASGI;
 - ``tensorgate serve`` of the bundled ``mlp`` (max batch 64, 2 ms window) and of the same model
-  as a new user configured it in issue 36 (max batch 8, 5 ms window);
+  as a new user first configured it (max batch 8, 5 ms window);
 - the same server with Granian as its HTTP front end instead of the uvicorn subclass
   (``_granian_tensorgate.py``: the server's own HTTP app under Granian's ASGI interface);
 - the naive Flask server (the model global, one call per request);
-- issue 36's fallback shape without a model (``_hop.py``): uvicorn front ends, one process and two
+- the fallback shape without a model (``_hop.py``): uvicorn front ends, one process and two
   sharing the port, each request handed over a Unix socket to one back-end process, which stands
   for the scheduler; its event-loop CPU per request is what the scheduler's core would pay.
 
@@ -64,7 +64,7 @@ from tensorgate.testing import ServerProcess
 
 OUT = Path(__file__).parent / "out"
 STEM = Path(__file__).stem
-# The configuration issue 36's user tried: small batches, a long window.
+# The configuration a new user first tried: small batches, a long window.
 MLP8 = """max_batch_size: 8
 dynamic_batching:
   max_queue_delay_ms: 5
@@ -75,7 +75,7 @@ instance_group:
 """
 BAR_OF_ECHO = 0.75  # the MLP at 64 clients against the bare uvicorn echo server
 BAR_C1_OVERHEAD_MS = 0.3  # the MLP's P50 over the echo server's at one connection, no worse than today's
-BAR_OF_NAIVE = 7.0  # issue 3: at least 7x the naive server, with P99 under 20 ms
+BAR_OF_NAIVE = 7.0  # at least 7x the naive server, with P99 under 20 ms
 BAR_P99_MS = 20.0
 # Endpoint labels, as the table shows them.
 ON_MLP, ON_MLP8, ON_GRANIAN = (
@@ -449,7 +449,7 @@ def main() -> int:
         f"{mlp.server_us:.0f} µs against the echo server's {echo_uv.server_us:.0f} µs.",
         f"- Granian (RSGI) echo over uvicorn echo: {statistics.median(granian_of_echo):.2f} "
         f"(per round {', '.join(f'{x:.2f}' for x in granian_of_echo)}).",
-        f"- MLP as issue 36 configured it (8 / 5 ms) over naive Flask, under hey: "
+        f"- MLP as a new user configured it (8 / 5 ms) over naive Flask, under hey: "
         f"**{statistics.median(naive_ratio):.1f}x** (per round {', '.join(f'{x:.1f}' for x in naive_ratio)}), "
         f"P99 {mlp8.measure.p99_ms:.1f} ms; bar {BAR_OF_NAIVE:g}x with P99 < {BAR_P99_MS:g} ms: "
         f"{mark(statistics.median(naive_ratio) >= BAR_OF_NAIVE and mlp8.measure.p99_ms < BAR_P99_MS)}. "

@@ -1,4 +1,4 @@
-"""What hot swaps, traffic splits and shadows cost the requests being served, in one run (issue 30).
+"""What hot swaps, traffic splits and shadows cost the requests being served, in one run.
 
 1. Hot swap: the bundled MLP in poll mode, 16 clients (``tensorgate bench``), runs without swaps
    alternating with runs during which a new version is copied in every ``duration / 10`` seconds

@@ -1,8 +1,8 @@
-"""The HTTP listener's stand-ins for uvicorn's code, each against uvicorn's own in one run (issue 35).
+"""The HTTP listener's stand-ins for uvicorn's code, each against uvicorn's own in one run.
 
 ``tensorgate/protocols/http/listener.py`` replaces one piece of uvicorn's request cycle:
 ``_BodyParts`` keeps a request body as the chunks it came in (uvicorn grows a bytearray and copies
-it on every read). Issue 35 keeps such a part only where a benchmark in the same run shows it
+it on every read). Such a part stays only where a benchmark in the same run shows it
 paying (a second one, ``_OneWriteCycle``, which wrote a sized response's head and body in one
 write, did not pay in this benchmark's run of 2026-12-07 and was dropped: benchmarks/HISTORY.md).
 Two ``tensorgate serve`` processes over the same repository are up at once: as shipped, and

@@ -65,7 +65,7 @@ MODEL = {
 FORWARDS = {"lean": True, "plain": False}  # model name in the repository -> llm.lean_forward
 STREAMS = (1, 16, 64)
 STREAM_PROMPT, STREAM_OUTPUT = 128, 64
-# Issue 36's bar (seed 000's figure): continuous batching over HTTP at least this many times static
+# The bar: continuous batching over HTTP at least this many times static
 # batching's tokens/s, with a lower mean latency.
 BAR_OVER_STATIC = 2.9
 
@@ -253,7 +253,7 @@ def report(
             f"**{lean_gain:.2f}x** tokens/s. Served (HTTP) / in-process engine: **{served:.2f}** of the ceiling.",
             "",
             f"**Bar {BAR_OVER_STATIC:g}x: {'met' if faster and sooner else 'missed'}** (continuous batching over "
-            f"HTTP with the lean forward against static batching; issue 36): throughput {lean_ratio:.2f}x, "
+            f"HTTP with the lean forward against static batching): throughput {lean_ratio:.2f}x, "
             f"{'at least' if faster else 'under'} {BAR_OVER_STATIC:g}x: {'met' if faster else 'missed'}; "
             f"mean latency {lean_mean:.2f} s against {static_mean:.2f} s, "
             f"{'lower' if sooner else 'not lower'}: {'met' if sooner else 'missed'}."

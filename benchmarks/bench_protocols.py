@@ -1,4 +1,4 @@
-"""Protocols side by side, and what observability costs, in one run (issue 4's performance bars).
+"""Protocols side by side, and what observability costs, in one run.
 
 1. ResNet-18-shaped model, 10 clients: V2 HTTP JSON, V2 HTTP binary and V2 gRPC (unary
    ``ModelInfer``, and each request a message of a kept ``ModelStreamInfer`` stream), all driven by
@@ -458,7 +458,7 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
         f"and perf_analyzer's `--streaming`): {ratio['grpc-stream']:.2f} of the ceiling; the bar above is "
         "for unary `ModelInfer`, what `tritonclient`'s `infer` calls.",
         bar_line("HTTP binary", ratio["v2-binary"], interval["v2-binary"], 0.90),
-        f"- HTTP JSON: {ratio['v2-json']:.2f} of the ceiling (issue 3's bar >= 0.65: "
+        f"- HTTP JSON: {ratio['v2-json']:.2f} of the ceiling (bar >= 0.65: "
         f"{verdict(ratio['v2-json'] >= 0.65)}).",
         f"- Client CPU peaked at {max(m.cores.client for m in every):.2f} cores of {os.cpu_count()}; the "
         f"server used at most {max(m.cores.server for m in every):.2f}. The client shares the machine with the "

@@ -1,4 +1,4 @@
-"""What authentication, TLS and rate limits cost the requests being served, in one run (issue 32).
+"""What authentication, TLS and rate limits cost the requests being served, in one run.
 
 1. API keys: the bundled MLP at 64 clients (V2 JSON, ``tensorgate bench``), a server that checks an
    API key on every request against one with no authentication, both up at once, runs alternating

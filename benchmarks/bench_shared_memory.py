@@ -1,4 +1,4 @@
-"""Tensors through shared memory against the socket, in one run (issue 33 part 1).
+"""Tensors through shared memory against the socket, in one run.
 
 1. The ResNet-18-shaped model (random weights, FP32 [1, 3, 224, 224] per request, 602 KB) at 10
    clients: inputs and outputs through system shared memory, against Triton's binary HTTP

@@ -1,9 +1,9 @@
-"""Soak (reliability.md M-1) with its negative control (M-3): issue 31, part 5.
+"""Soak with its negative control (a planted leak that must miss the bar).
 
 Two servers run side by side under the same steady load for ``--duration`` seconds (600 by
 default): the bundled example repository, whose ``mlp`` gets the load, and the same repository
 plus ``mlp_leak``, a Python model with the MLP's inputs and outputs that keeps every input it
-is given (each row tiled to ``--leak-bytes``, 1 KiB by default: M-3's ``leak_small``) in a worker
+is given (each row tiled to ``--leak-bytes``, 1 KiB by default) in a worker
 process of its own, which gets the same load. Each server gets ``--rate`` requests/s (100), half
 V2 JSON over HTTP/1.1 and half ModelInfer over gRPC, at fixed intervals, on 4 kept connections
 per protocol (at most 4 requests in flight each; more would wait, and past 4 waiting a request is
@@ -391,13 +391,13 @@ def summary_lines(figures: Figures, metric: str) -> list[str]:
         return [
             f"- **{figures.server}**: slope {fit.slope:+.3f} MiB/min after warm-up ({metric}; bar < "
             f"{soak.SLOPE_BAR_MIB_PER_MIN}): **{soak.word(verdicts['slope'])}**; failed requests {figures.failed}: "
-            f"**{soak.word(verdicts['no failed request'])}**. M-1's other checks: FDs, threads and processes flat "
+            f"**{soak.word(verdicts['no failed request'])}**. the other checks: FDs, threads and processes flat "
             f"(within {soak.FLAT_TOLERANCE}): {soak.word(verdicts['flat'])}; growth from the end of warm-up under "
             f"max(5 %, 16 MiB): {soak.word(verdicts['growth'])}; P99 of the last minute under "
             f"{soak.P99_RATIO_BAR}x the first's: {soak.word(verdicts['p99'])}."
         ]
     return [
-        f"- **{figures.server}** (detector calibration, M-3): slope {fit.slope:+.3f} MiB/min ({metric}; the "
+        f"- **{figures.server}** (detector calibration): slope {fit.slope:+.3f} MiB/min ({metric}; the "
         f"leak's data alone is {figures.expected_slope:.2f} MiB/min); the bar is **{soak.word(verdicts['slope'])}**, "
         f"so the detector reports the leak: **{soak.word(not verdicts['slope'])}**; failed requests {figures.failed}."
     ]
@@ -539,7 +539,7 @@ def section(runs: list[Figures], args: argparse.Namespace, began: str, ended: st
         f"Memory is **{metric}** ({source}), summed over the server's whole process tree (server and worker "
         f"processes), sampled every {args.sample_s:g} s. The first {soak.WARMUP_FRACTION:.0%} of the run "
         "is warm-up and left out; an ordinary least-squares line through the rest gives the slope. Bar "
-        f"(reliability.md M-1): under **{soak.SLOPE_BAR_MIB_PER_MIN} MiB/min**, and no failed request; M-1's "
+        f"under **{soak.SLOPE_BAR_MIB_PER_MIN} MiB/min**, and no failed request; its "
         "other checks are reported beside them. Not the whole PSS: a library page mapped by N processes counts "
         "1/N in each, N counted over the whole host, so the whole PSS moves when unrelated processes map or "
         "unmap numpy or onnxruntime (this script's first 10-minute run, beside a test suite that started "
@@ -548,9 +548,9 @@ def section(runs: list[Figures], args: argparse.Namespace, began: str, ended: st
         "outside moves it. The whole PSS, its file-backed part, USS and RSS are fitted "
         "too. The s.e. assumes independent samples, which samples seconds apart are not: it is for scale.",
         "",
-        "The planted leak (M-3's negative control) is `mlp_leak`, a Python model (`backend: python`, in a "
+        "The planted leak (the negative control) is `mlp_leak`, a Python model (`backend: python`, in a "
         f"worker process) with the MLP's inputs and outputs that keeps every input row, tiled to "
-        f"{args.leak_bytes} bytes (M-3's `leak_small`); it must miss the bar, or the detector is broken.",
+        f"{args.leak_bytes} bytes; it must miss the bar, or the detector is broken.",
         "",
         *table(runs, metric),
         "",

@@ -1,7 +1,7 @@
 """The soak's detector (benchmarks/_soak.py) on series whose answer is known.
 
 A synthetic series with a known slope gives that slope back; a flat series with noise passes the
-0.5 MiB/min bar; a slow leak (the 1 KiB-per-request control of reliability.md M-3) fails it; the
+0.5 MiB/min bar; a slow leak (a planted leak of 1 KiB per request) fails it; the
 warm-up is left out of the fit.
 """
 
@@ -77,7 +77,7 @@ def test_a_flat_noisy_series_passes() -> None:
 
 
 def test_a_slow_leak_fails() -> None:
-    # reliability.md M-3's leak_small: 1 KiB per request at 100 requests/s is ~5.9 MiB/min.
+    # The planted leak: 1 KiB per request at 100 requests/s is ~5.9 MiB/min.
     leak = 1024 * 100 * 60 / MIB
     times, sizes = series(600, 2, slope_mib_per_min=leak, noise_mib=2.0)
     fit = memory_fit(times, sizes, warmup_s(600))

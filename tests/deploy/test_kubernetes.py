@@ -3,7 +3,7 @@
 - Every object of the base and of each overlay, as ``kubectl kustomize`` renders it, validates
   against the Kubernetes API schemas (kubernetes-validate, strict) and, for the ServiceMonitor, the
   Prometheus operator's CRD schema (fixtures/crds).
-- The manifest rules of reliability.md K-3 and §3.4: probes on /v2/health/ready and
+- The manifest rules for a replica behind Kubernetes: probes on /v2/health/ready and
   /v2/health/live with timeoutSeconds >= 2, a startup budget, preStop sleep >= 5,
   terminationGracePeriodSeconds >= preStop + drain_delay + exit_timeout + 5, maxUnavailable 0, a
   PodDisruptionBudget, non-root, a read-only root filesystem and a read-only model volume; and the
@@ -16,9 +16,9 @@
   namespace), and answers the probes as the kubelet expects, through startup, serving and the
   SIGTERM drain.
 
-kubectl comes from Debian's packages when missing (the python machines carry Google's ``kubectl``
-package; a plain Debian has ``kubernetes-client``, whose kustomize may be too old: then the test
-says so and fails).
+kubectl is installed before the suite by ``tests/system_packages.sh`` (Google's ``kubectl`` package
+where the machine's lists have it; Debian's ``kubernetes-client`` otherwise, whose kustomize may be
+too old: then the test says so and fails).
 """
 
 from __future__ import annotations
@@ -59,15 +59,9 @@ Manifest = dict[str, Any]
 
 
 def _kubectl() -> str:
-    found = shutil.which("kubectl")
-    if found is None:
-        # Only here: on a machine that has kubectl the module needs nothing more.
-        from system_tools import ensure_debian_package
+    from system_tools import system_tool
 
-        try:
-            found = ensure_debian_package("kubectl", "kubectl")
-        except RuntimeError:  # not in this machine's package lists: Debian's own package, then
-            found = ensure_debian_package("kubernetes-client", "kubectl")
+    found = system_tool("kubectl")
     version = subprocess.run(
         [found, "version", "--client", "-o", "json"], capture_output=True, text=True, timeout=30, check=True
     )
@@ -192,7 +186,7 @@ def test_a_broken_manifest_is_rejected(
         manifest_validator(monitor, kubernetes_version)
 
 
-# ---- K-3 and §3.4 ----
+# ---- probes, drain and resources ----
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -466,7 +460,7 @@ def test_the_pod_starts_serves_and_drains(
     docs = rendered["base"]
     container = _server(docs)
     startup = container["startupProbe"]
-    # K-3: the startup budget covers twice the load and warm-up measured here.
+    # The startup budget covers twice the load and warm-up measured here.
     assert startup["failureThreshold"] * startup["periodSeconds"] >= 2 * load_s
     ready = server.url + container["readinessProbe"]["httpGet"]["path"]
     live = server.url + container["livenessProbe"]["httpGet"]["path"]

@@ -1,4 +1,4 @@
-"""The shipped nginx configuration in front of three real replicas (reliability plan §7, group L).
+"""The shipped nginx configuration in front of three real replicas: a replica killed, stopped, or gone bad.
 
 ``deploy/nginx/tensorgate.conf`` is the file under test: each test renders it with only the
 addresses, ports and log paths replaced, includes it in a minimal nginx.conf of its own (pid, temp
@@ -7,12 +7,12 @@ serve a Python model with a known delay; 16 client threads keep a steady closed-
 nginx, over HTTP or gRPC, and every answer is recorded with the request id that nginx's access log
 joins to the replica that served it.
 
-- L-1: ``kill -9`` one replica while a batch runs on it: zero non-2xx over HTTP. Over gRPC, nginx
+- Killed: ``kill -9`` one replica while a batch runs on it: zero non-2xx over HTTP. Over gRPC, nginx
   cannot send again a call already on the killed replica (it streams gRPC unbuffered), so those
   calls fail UNAVAILABLE: each one must have been in flight on that replica at the kill; all other
   calls succeed.
-- L-2: SIGTERM one replica (its drain): zero failures over HTTP and gRPC.
-- L-3: a replica whose only instance goes bad (it hangs) leaves nginx's rotation: its stuck batch
+- Stopped: SIGTERM one replica (its drain): zero failures over HTTP and gRPC.
+- Gone bad: a replica whose only instance goes bad (it hangs) leaves nginx's rotation: its stuck batch
   is failed at the model's batch timeout and answered 503 (nginx sends it elsewhere), the health
   checks take the instance out, the replica turns not ready; zero non-2xx at the clients over HTTP.
   Over gRPC the replica refuses connections once not ready (``--grpc-refuse-when-unready``, as the
@@ -42,7 +42,7 @@ import httpx
 import numpy as np
 import pytest
 from model_builders import wait_until, write_faulty_model, write_python_model
-from system_tools import ensure_debian_package
+from system_tools import system_tool
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tensorgate.config.server_config import DEFAULT_MAX_BODY_BYTES, ServerSection
@@ -315,7 +315,7 @@ def build_repository(root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def nginx_binary() -> str:
-    return ensure_debian_package("nginx", "nginx")
+    return system_tool("nginx")
 
 
 def start_fleet(
@@ -654,11 +654,11 @@ def test_routes_through_nginx(fleet: Fleet) -> None:
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_kill_9_one_replica_under_load(fleet: Fleet, protocol: str) -> None:
-    """L-1: a replica killed while a batch runs on it."""
+    """A replica killed while a batch runs on it."""
     run = run_fault(fleet, protocol, kill_9)
     assert run.exit_code == -signal.SIGKILL
     summary = run.summary(fleet)
-    print(f"L-1 {protocol}: {summary}")
+    print(f"killed, {protocol}: {summary}")
     failures = run.failures()
     if protocol == "http":
         assert failures == [], summary
@@ -676,21 +676,21 @@ def test_kill_9_one_replica_under_load(fleet: Fleet, protocol: str) -> None:
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_sigterm_one_replica_under_load(fleet: Fleet, protocol: str) -> None:
-    """L-2: a replica stopped with SIGTERM drains (ready false, serving on) and exits 0."""
+    """A replica stopped with SIGTERM drains (ready false, serving on) and exits 0."""
     run = run_fault(fleet, protocol, sigterm)
     assert run.exit_code == 0
     summary = run.summary(fleet)
-    print(f"L-2 {protocol}: {summary}")
+    print(f"stopped, {protocol}: {summary}")
     assert sum(c.ok for c in run.calls) >= 100, summary
     assert run.failures() == [], summary
 
 
 def test_control_without_non_idempotent_loses_the_requests_in_flight(control_fleet: Fleet) -> None:
-    """L-1's control: with `non_idempotent` removed, the requests on the killed replica are lost
+    """The killed replica's control: with `non_idempotent` removed, the requests on the killed replica are lost
     (502), and only those; this is what the shipped configuration prevents."""
     run = run_fault(control_fleet, "http", kill_9)
     summary = run.summary(control_fleet)
-    print(f"L-1 control: {summary}")
+    print(f"killed, control: {summary}")
     lost = {c.rid for c in run.failures()}
     assert lost, summary
     assert {c.outcome for c in run.failures()} == {"502"}, summary
@@ -742,7 +742,7 @@ def break_and_heal(fleet: Fleet, marker: Path, protocol: str) -> BadInstanceRun:
 
 
 def test_a_replica_whose_only_instance_goes_bad_leaves_rotation(faulty_fleet: tuple[Fleet, Path]) -> None:
-    """L-3 over HTTP: its batch hangs; the replica answers 503 for it at the batch timeout and turns
+    """A replica gone bad, over HTTP: its batch hangs; the replica answers 503 for it at the batch timeout and turns
     not ready, nginx sends its requests to the other replicas; once healed it serves again."""
     fleet, marker = faulty_fleet
     run = break_and_heal(fleet, marker, "http")
@@ -754,14 +754,14 @@ def test_a_replica_whose_only_instance_goes_bad_leaves_rotation(faulty_fleet: tu
 
 
 def test_a_replica_whose_only_instance_goes_bad_leaves_rotation_over_grpc(faulty_fleet: tuple[Fleet, Path]) -> None:
-    """L-3 over gRPC: once not ready the replica refuses connections, so nginx sends every later call
+    """A replica gone bad, over gRPC: once not ready the replica refuses connections, so nginx sends every later call
     to the other replicas; once healed and ready it takes connections, and calls, again."""
     fleet, marker = faulty_fleet
     run = break_and_heal(fleet, marker, "grpc")
     by_rid = {e.rid: e for e in run.entries}
     failures = [c for c in run.calls if not c.ok]
     summary = f"{len(run.calls)} calls; lost: " + ", ".join(f"{c.rid} {c.outcome} {c.detail}" for c in failures[:8])
-    print(f"L-3 grpc: {summary}")
+    print(f"gone bad, grpc: {summary}")
     address = fleet.replicas[1].grpc_address
     # Lost: only calls the victim held as its instance went bad, each sent there before it turned not
     # ready (at most one per client), answered UNAVAILABLE; nginx could not send them again.

@@ -1,4 +1,4 @@
-"""P-3 end to end: fuzzed requests against a live server, over HTTP and gRPC (issue 32 part 5).
+"""Fuzzed requests end to end against a live server, over HTTP and gRPC.
 
 10,000 requests go to ``tensorgate serve`` over 8 keep-alive connections (raw asyncio sockets):
 a fifth valid (V2 JSON, V2 binary, V1 against identity models, whose answers must echo the input
@@ -9,7 +9,7 @@ dimensions, deep nesting and unicode; OpenAI chat/completions bodies likewise; a
 (Content-Type, Content-Encoding, Inference-Header-Content-Length, Content-Length, chunked framing,
 Host). The generator is seeded (``TENSORGATE_FUZZ_SEED``, printed), so a failure repeats.
 
-Pass (reliability plan P-3):
+Pass:
 
 - no 5xx. Two answers in the 5xx range are the client's doing and allowed, each only where it is:
   504 for a request whose own V2 ``timeout`` parameter (a client-set deadline in microseconds)

@@ -1,4 +1,4 @@
-"""Hot reload in poll mode (reliability.md H-1, H-2): versions copied into the repository under load
+"""Hot reload in poll mode: versions copied into the repository under load
 swap without a failed request; half-copied, corrupt and invalid changes never disturb what serves.
 
 The server polls every 0.2 s; a change is applied once two scans agree on it.

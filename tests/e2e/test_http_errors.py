@@ -1,4 +1,4 @@
-"""P-1: the error catalogue over HTTP, table-driven.
+"""The error catalogue over HTTP, table-driven.
 
 Every case asserts the exact status and a substring of the JSON ``error``; no body leaks a stack
 trace, a path or an address; the server stays live after each case; nothing comes back as 5xx.
@@ -499,7 +499,7 @@ def test_unparseable_http_is_a_json_400(server: ServerProcess, request_bytes: by
     assert httpx.get(server.url + "/v2/health/live").status_code == 200
 
 
-# -- a light P-3: mutated bodies never produce a server fault ------------------------------------
+# -- mutated bodies never produce a server fault ----------------------------------------------------
 
 _ANY = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

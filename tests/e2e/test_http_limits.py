@@ -1,4 +1,4 @@
-"""P-2: request size limits, enforced before decoding work (and, for a declared length, before reading).
+"""Request size limits, enforced before decoding work (and, for a declared length, before reading).
 
 The server runs with ``--max-body-bytes 1048576``. Valid requests just under the limit pass as JSON,
 binary and gzip; anything over it is 413, whether declared, chunked or decompressed.

@@ -1,5 +1,5 @@
 """KServe V2 over HTTP against a real server: health, metadata, every datatype in JSON and binary,
-requested outputs, ids, NaN/Inf policy (P-7). Outputs are checked against onnxruntime run here.
+requested outputs, ids, the NaN/Inf policy. Outputs are checked against onnxruntime run here.
 """
 
 from __future__ import annotations
@@ -339,7 +339,7 @@ def test_parameters_and_deep_nesting_in_parameters(client: httpx.Client) -> None
     assert client.post("/v2/models/mlp/infer", json=body).status_code == 200
 
 
-# -- NaN and Inf (P-7) ---------------------------------------------------------------------------
+# -- NaN and Inf ---------------------------------------------------------------------------------
 
 
 def _strict(text: str) -> Any:

@@ -1,5 +1,5 @@
 """The OpenAPI document the package ships (``tensorgate/protocols/http/openapi.yaml``) against a real
-server over the example repository (issue 32 part 5; reliability plan P-4, at a budget the suite can
+server over the example repository (at a budget the suite can
 afford): Schemathesis generates requests from the document and every response must be no 5xx, a
 documented status, a documented content type and valid against the documented schema.
 

@@ -1,4 +1,4 @@
-"""A missing optional package fails only the models that need it (issue 30, part 6).
+"""A missing optional package fails only the models that need it.
 
 The server runs in an environment without torch and transformers: a ``sitecustomize`` on its
 PYTHONPATH makes importing them raise ``ModuleNotFoundError`` exactly as an install without the

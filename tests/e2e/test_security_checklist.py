@@ -1,4 +1,4 @@
-"""The security checklist of reliability.md §5.2, one test named after each rule that this module
+"""The security checklist of docs/security.md, one test named after each rule that this module
 proves (the others live next to the feature they guard and carry the rule's id in their names:
 see docs/security.md for the whole table)."""
 

@@ -1,4 +1,4 @@
-"""The live status page (issue 34 part 4) against a real server: the JSON it polls (``/v2/status``),
+"""The live status page against a real server: the JSON it polls (``/v2/status``),
 its gate (the ``metrics`` role), and the page itself in a real browser (Debian's chromium driven by
 Playwright): the figures it shows are the document's, they match ``/v2/status``, they follow the
 traffic (requests/s above 0 under load, back to 0 after it stops, errors by code), two tenants are
@@ -24,7 +24,7 @@ import pytest
 import yaml
 from model_builders import v2_body, write_python_model, write_versioned_model
 from playwright.sync_api import Page, sync_playwright
-from system_tools import ensure_debian_package
+from system_tools import system_tool
 from tls_material import key_line
 
 from tensorgate.testing import ServerProcess
@@ -311,7 +311,7 @@ def _save(page: Page, tmp_path: Path, name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    return ensure_debian_package("chromium", "chromium")
+    return system_tool("chromium")
 
 
 @contextlib.contextmanager

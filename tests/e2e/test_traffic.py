@@ -1,4 +1,4 @@
-"""Traffic between versions, served for real (reliability.md C-1, C-2): a weighted split and its
+"""Traffic between versions, served for real: a weighted split and its
 band, sticky keys, weights changed live, a canary that rolls back or promotes itself, a shadow."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every decoder a client's bytes reach, fuzzed (issue 32 part 5; reliability plan P-6).
+"""Every decoder a client's bytes reach, fuzzed.
 
 The property, held by ``fuzz_targets.check``: any input either decodes or is refused with the
 project's client error (a 4xx / client gRPC status, an HTTP/2 connection error that is not

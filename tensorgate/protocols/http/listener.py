@@ -26,7 +26,7 @@ from tensorgate.protocols.http.body import MAX_CHUNKS
 from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
 from tensorgate.protocols.http.security_headers import NOSNIFF_LINE
 
-# Request-line and header bounds (reliability plan P-2): a URI past 16 KiB is 414; more than 100
+# Request-line and header bounds: a URI past 16 KiB is 414; more than 100
 # header fields or 64 KiB of them is 431. Until the headers are complete at most 1 MiB is buffered.
 MAX_URL_BYTES = 16 * 1024
 MAX_HEADERS = 100
@@ -53,9 +53,8 @@ class _BodyParts:
     every read; a chunk over an eighth of the buffer makes CPython reallocate it to the exact new
     size, so a 3 MB JSON body read 256 KiB at a time is reallocated a dozen times. uvicorn's read
     calls ``bytes()`` on what it holds: here that is the one chunk itself when there is one (no copy
-    at all), or one join. Against uvicorn's bytearray, ``benchmarks/bench_listener.py`` (2026-12-07)
-    measured 0.94x the event loop's CPU per request for 600 KB binary tensors, in every round, and
-    1.06x for 3 MB JSON bodies: it stays for the binary path, where large tensors come.
+    at all), or one join. ``benchmarks/bench_listener.py`` measures it against uvicorn's bytearray for
+    binary tensors and JSON bodies, side by side.
     """
 
     __slots__ = ("_parts", "_size")

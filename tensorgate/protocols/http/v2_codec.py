@@ -5,7 +5,7 @@ so they can be fuzzed without a server. JSON is parsed with orjson and tensors a
 ``numpy.array`` call per input: an image-sized body (150k floats) decodes about 3x faster than
 stdlib ``json`` plus ``numpy.asarray``.
 
-Non-finite floats (reliability plan P-7), one policy for V2 and V1: JSON has no NaN or Infinity, so
+Non-finite floats, one policy for V2 and V1: JSON has no NaN or Infinity, so
 a JSON body that contains such tokens is refused with 400 (the parser is strict); JSON outputs
 write NaN and +/-Inf as ``null``, which every strict parser accepts; binary tensors (Triton's
 extension, gRPC raw contents) carry them bit-exact. Clients that need non-finite values send and

@@ -1,6 +1,6 @@
 """The ModelManager in process, over real Python-model instances: switch when READY, drain what was
 admitted, leave what serves alone when a load fails, move traffic without reloading, and survive
-concurrent load and unload of one model (reliability.md H-5, scaled down)."""
+concurrent load and unload of one model."""
 
 from __future__ import annotations
 
