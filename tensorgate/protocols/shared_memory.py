@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorgate.errors import InvalidInput, PermissionDenied
+from tensorgate.errors import InvalidInput, NotFound, PermissionDenied
 from tensorgate.protocols.tensor_codec import from_raw, to_raw
 from tensorgate.security.identity import Identity
 from tensorgate.types import Array, DataType
@@ -49,12 +49,32 @@ _KEY = re.compile(r"^/?[A-Za-z0-9_.:-]{1,250}$")
 _PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 OFF_MESSAGE = "system shared memory is off on this server (server.shared_memory: system turns it on)"
-# Said whatever the host has: the server does not implement CUDA shared memory (docs/shared-memory.md).
-CUDA_MESSAGE = (
-    "CUDA shared memory is not implemented by this server, which is built without a CUDA runtime; "
-    "use system shared memory"
-)
 REMOTE_MESSAGE = "shared memory is only for clients on the server's own host (a loopback connection)"
+
+
+class CudaRegions:
+    """Triton's CUDA shared-memory extension as a server without GPU support answers it (Triton built
+    without one does the same): nothing can be registered, so the status lists nothing and unregistering
+    (one region or all) succeeds doing nothing. Triton's example clients and perf_analyzer unregister
+    CUDA regions whether they used any or not. Whatever the host has: tensors from the GPU come
+    through system shared memory (docs/shared-memory.md)."""
+
+    @staticmethod
+    def status(name: str | None) -> list[dict[str, Any]]:
+        if name is not None:
+            raise NotFound(f"Unable to find cuda shared memory region: '{name[:128]}'")
+        return []
+
+    @staticmethod
+    def register(name: str) -> None:
+        raise InvalidInput(
+            f"failed to register CUDA shared memory region: '{name[:128]}', GPUs not supported "
+            "(this server takes tensors through system shared memory)"
+        )
+
+    @staticmethod
+    def unregister(name: str | None) -> None:
+        return None  # no region was ever registered: unregistering one, or all, is done
 
 
 def is_local_peer(host: str | None) -> bool:
@@ -246,9 +266,9 @@ class SharedMemoryUse:
         offset = parameters.get("shared_memory_offset") or 0
         self.targets[name] = (view, region, offset)
 
-    def write(self, name: str, array: Array, datatype: DataType) -> dict[str, Any]:
-        """Copy an output into its region; the parameters its answer carries instead of data."""
-        view, region, offset = self.targets[name]
+    def write(self, name: str, array: Array, datatype: DataType) -> None:
+        """Copy an output into its region (its answer then carries its name, datatype and shape only)."""
+        view, region, _ = self.targets[name]
         if datatype is DataType.BYTES:
             raw = to_raw(array, datatype)
             size = len(raw)
@@ -259,10 +279,6 @@ class SharedMemoryUse:
             self._fits(name, region, size, len(view))
             destination = np.frombuffer(view, dtype=np.dtype(datatype.numpy).newbyteorder("<"), count=array.size)
             np.copyto(destination.reshape(array.shape), array, casting="same_kind")
-        answer: dict[str, Any] = {"shared_memory_region": region, "shared_memory_byte_size": size}
-        if offset:
-            answer["shared_memory_offset"] = offset
-        return answer
 
     @staticmethod
     def _fits(name: str, region: str, size: int, room: int) -> None:

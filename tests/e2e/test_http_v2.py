@@ -139,11 +139,14 @@ def _sample(datatype: str) -> np.ndarray:
 
 
 def test_health_and_server_metadata(client: httpx.Client) -> None:
-    for path in ("/v2/health/live", "/v2/health/ready"):
+    # The Open Inference Protocol's bodies (the KServe SDK parses them), Triton's status codes.
+    for path, body in (("/v2/health/live", {"live": True}), ("/v2/health/ready", {"ready": True})):
         response = client.get(path)
         assert response.status_code == 200
-        assert response.content == b""
+        assert response.json() == body and response.headers["content-type"] == "application/json"
         assert client.head(path).status_code == 200
+    assert client.get("/v2/models/mlp/ready").json() == {"name": "mlp", "ready": True}
+    assert client.get("/v2/models/mlp/versions/1/ready").json() == {"name": "mlp", "ready": True}
     meta = client.get("/v2").json()
     assert meta["name"] == "tensorgate"
     assert "binary_tensor_data" in meta["extensions"]

@@ -162,15 +162,13 @@ def test_inputs_and_outputs_through_shared_memory(server: ServerProcess, regions
         output.set_shared_memory("output", expected.nbytes, offset=16)
         result = client.infer("mlp", [request], outputs=[output])
         answer = result.get_output("probabilities")
+        # As Triton answers: name, datatype and shape, no data and no parameters (Triton's C++ client
+        # reads binary_data_size from any output with parameters), and over gRPC one empty raw entry.
         if protocol == "http":
-            assert answer["parameters"]["shared_memory_region"] == "output"
-            assert answer["parameters"]["shared_memory_byte_size"] == expected.nbytes
-            assert "data" not in answer
-            assert answer["shape"] == [1, 3]
+            assert answer == {"name": "probabilities", "datatype": "FP32", "shape": [1, 3]}
         else:
-            assert answer.parameters["shared_memory_region"].string_param == "output"
-            assert answer.parameters["shared_memory_byte_size"].int64_param == expected.nbytes
-            assert list(answer.shape) == [1, 3]
+            assert not answer.parameters and list(answer.shape) == [1, 3] and answer.datatype == "FP32"
+            assert list(result.get_response().raw_output_contents) == [b""]
         # The output region's window starts 64 bytes into the object, and the output 16 bytes into it.
         written = shm.get_contents_as_numpy(out_handle, np.float32, [1, 3], offset=64 + 16)
         np.testing.assert_allclose(written, expected, rtol=1e-6)
@@ -446,7 +444,7 @@ def test_unregistering_an_output_region_during_a_request_lets_it_finish(
             assert done.wait(30)
             assert outcome["error"] is None, outcome
             answer = outcome["result"].get_output("OUTPUT")
-            assert answer.parameters["shared_memory_region"].string_param == "late-out"
+            assert not answer.parameters and list(answer.shape) == [8, 4]
             written = shm.get_contents_as_numpy(out_handle, np.float32, [8, 4])
             np.testing.assert_array_equal(written, values + 1)
             with pytest.raises(InferenceServerException, match="no shared-memory region 'late-out'"):
@@ -470,31 +468,35 @@ def test_the_extension_is_listed_when_on(server: ServerProcess, example_server: 
     assert "system_shared_memory" not in httpx.get(f"{example_server.url}/v2").json()["extensions"]
 
 
-def test_cuda_shared_memory_answers_unimplemented(server: ServerProcess) -> None:
-    """Not implemented on any host (the server has no CUDA runtime dependency), and not listed."""
+def test_cuda_shared_memory_answers_as_triton_without_a_gpu(server: ServerProcess) -> None:
+    """As Triton built without GPU support: registering is refused (400, INVALID_ARGUMENT, saying GPUs
+    are not supported); the status lists nothing and unregistering succeeds, one region or all, so
+    clients that clean up CUDA regions they never made (Triton's examples, perf_analyzer) go on."""
     assert "cuda_shared_memory" not in httpx.get(f"{server.url}/v2").json()["extensions"]
-    for method, route in [
-        ("POST", "region/g/register"),
-        ("GET", "status"),
-        ("GET", "region/g/status"),
-        ("POST", "region/g/unregister"),
-        ("POST", "unregister"),
-    ]:
-        document = {"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 8} if method == "POST" else None
-        answer = httpx.request(method, f"{server.url}/v2/cudasharedmemory/{route}", json=document)
-        assert answer.status_code == 501, (route, answer.text)
-        assert "CUDA shared memory is not implemented" in answer.json()["error"]
-        assert "use system shared memory" in answer.json()["error"]
-    with grpcclient.InferenceServerClient(server.grpc_address) as client:
-        for call in (
-            client.get_cuda_shared_memory_status,
-            lambda: client.register_cuda_shared_memory("g", b"", 0, 8),
-            client.unregister_cuda_shared_memory,
-        ):
+    base = f"{server.url}/v2/cudasharedmemory"
+    document = {"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 8}
+    refused = httpx.post(f"{base}/region/g/register", json=document)
+    assert refused.status_code == 400
+    assert refused.json()["error"].startswith("failed to register CUDA shared memory region: 'g', GPUs not supported")
+    assert httpx.get(f"{base}/status").json() == []
+    unknown = httpx.get(f"{base}/region/g/status")
+    assert unknown.status_code == 404 and "Unable to find cuda shared memory region: 'g'" in unknown.json()["error"]
+    for route in ("region/g/unregister", "unregister"):
+        assert httpx.post(f"{base}/{route}").status_code == 200, route
+    for module, address in ((httpclient, server.http_address), (grpcclient, server.grpc_address)):
+        client: Any = module.InferenceServerClient(address)
+        try:
+            client.unregister_cuda_shared_memory()
+            client.unregister_cuda_shared_memory("g")
+            status = client.get_cuda_shared_memory_status()
+            assert (status == []) if module is httpclient else (len(status.regions) == 0)
             with pytest.raises(InferenceServerException) as caught:
-                call()
-            assert caught.value.status() == "StatusCode.UNIMPLEMENTED"
-            assert "CUDA shared memory is not implemented" in str(caught.value.message())
+                client.register_cuda_shared_memory("g", b"", 0, 8)
+            assert "GPUs not supported" in str(caught.value.message())
+            if module is grpcclient:
+                assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
+        finally:
+            client.close()
 
 
 def test_grpc_bad_registration_is_invalid_argument(server: ServerProcess) -> None:

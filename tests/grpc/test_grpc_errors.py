@@ -152,8 +152,10 @@ def test_repository_api_is_off_by_default(stub: Stub) -> None:
 def test_unserved_triton_rpcs_are_unimplemented(stub: Stub) -> None:
     code, _ = _code(stub.TraceSetting, service_pb2.TraceSettingRequest(), timeout=30)
     assert code == grpc.StatusCode.UNIMPLEMENTED
-    code, details = _code(stub.CudaSharedMemoryStatus, service_pb2.CudaSharedMemoryStatusRequest(), timeout=30)
-    assert code == grpc.StatusCode.UNIMPLEMENTED and "CUDA shared memory is not implemented" in details
+    code, details = _code(
+        stub.CudaSharedMemoryRegister, service_pb2.CudaSharedMemoryRegisterRequest(name="g"), timeout=30
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "GPUs not supported" in details
     # Served, and off unless the server is started with shared memory on.
     code, details = _code(stub.SystemSharedMemoryStatus, service_pb2.SystemSharedMemoryStatusRequest(), timeout=30)
     assert code == grpc.StatusCode.PERMISSION_DENIED and "server.shared_memory" in details

@@ -166,25 +166,19 @@ def _requested_outputs(message: Any, shared: SharedMemoryUse) -> tuple[str, ...]
 
 
 def encode_infer(response: InferResponse, shared: SharedMemoryUse | None = None) -> Any:
-    """A ``ModelInferResponse`` with every output in ``raw_output_contents`` (what tritonclient reads),
-    or written to shared memory (``shared``) and answered with its region's parameters. Where some
-    outputs are in shared memory and others not, theirs is an empty entry, so that tritonclient,
-    which finds an output's contents by its position, reads the others right."""
+    """A ``ModelInferResponse`` with one ``raw_output_contents`` entry per output, in output order (what
+    Triton's clients read, by position): the output's bytes, or an empty entry for an output written
+    to shared memory (``shared``), which is answered with its name, datatype and shape only, as Triton
+    answers it."""
     message = pb.ModelInferResponse(model_name=response.model, model_version=str(response.version), id=response.id)
     targets = shared.targets if shared is not None else {}
-    placeholders = bool(targets) and any(name not in targets for name in response.outputs)
     for output_name, array in response.outputs.items():
         datatype = DataType.from_numpy(array.dtype)
-        tensor = message.outputs.add(name=output_name, datatype=datatype.value, shape=array.shape)
+        message.outputs.add(name=output_name, datatype=datatype.value, shape=array.shape)
         if output_name in targets:
             assert shared is not None
-            for key, value in shared.write(output_name, array, datatype).items():
-                if isinstance(value, str):
-                    tensor.parameters[key].string_param = value
-                else:
-                    tensor.parameters[key].int64_param = value
-            if placeholders:
-                message.raw_output_contents.append(b"")
+            shared.write(output_name, array, datatype)
+            message.raw_output_contents.append(b"")
         else:
             message.raw_output_contents.append(to_raw(array, datatype))
     return message

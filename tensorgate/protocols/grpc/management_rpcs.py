@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tensorgate.errors import NotImplementedFeature
 from tensorgate.models.service import InferenceService
 from tensorgate.names import check_model_name
 from tensorgate.protocols.grpc import codec
 from tensorgate.protocols.grpc.context import is_local, owner_of
 from tensorgate.protocols.grpc.errors import Metadata
 from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
-from tensorgate.protocols.shared_memory import CUDA_MESSAGE, SharedMemoryRegions
+from tensorgate.protocols.shared_memory import CudaRegions, SharedMemoryRegions
 
 T = TypeVar("T")
 
@@ -95,17 +94,23 @@ class ManagementRpcs:
 
         return await self._guard(context, call)
 
-    async def _no_cuda(self, context: Any) -> Any:
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
         async def call() -> Any:
-            raise NotImplementedFeature(CUDA_MESSAGE)
+            CudaRegions.status(request.name or None)
+            return pb.CudaSharedMemoryStatusResponse()
 
         return await self._guard(context, call)
 
-    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        return await self._no_cuda(context)
-
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        return await self._no_cuda(context)
+        async def call() -> Any:
+            CudaRegions.register(request.name)
+            return pb.CudaSharedMemoryRegisterResponse()
+
+        return await self._guard(context, call)
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        return await self._no_cuda(context)
+        async def call() -> Any:
+            CudaRegions.unregister(request.name or None)
+            return pb.CudaSharedMemoryUnregisterResponse()
+
+        return await self._guard(context, call)

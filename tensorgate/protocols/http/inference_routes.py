@@ -49,6 +49,8 @@ _ACCEPTED_TYPES = frozenset(
 # thread makes the loop and the decoders take turns for it. bench_serving.py measures image-sized
 # JSON bodies (decoding alone, and served).
 OFFLOAD_BYTES = 8 * 1024 * 1024
+_LIVE, _NOT_LIVE = b'{"live":true}', b'{"live":false}'
+_READY, _NOT_READY = b'{"ready":true}', b'{"ready":false}'
 _V1_STATES = {
     "READY": "AVAILABLE",
     "LOADING": "LOADING",
@@ -120,11 +122,16 @@ class InferenceRoutes:
     async def server_metadata(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
         await self._out.json(call, send, 200, self._service.server_metadata())
 
+    # The health routes answer the Open Inference Protocol's bodies (the KServe SDK reads them) with
+    # Triton's status codes (its clients read only those): 200, or 400 for not live / not ready.
+
     async def live(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
-        await self._out.body(call, send, 200 if self._service.live() else 400, b"", [])
+        live = self._service.live()
+        await self._out.body(call, send, 200 if live else 400, _LIVE if live else _NOT_LIVE, [_JSON])
 
     async def ready(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
-        await self._out.body(call, send, 200 if self._service.ready() else 400, b"", [])
+        ready = self._service.ready()
+        await self._out.body(call, send, 200 if ready else 400, _READY if ready else _NOT_READY, [_JSON])
 
     async def all_statistics(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
         if call.gate is not None:
@@ -154,7 +161,8 @@ class InferenceRoutes:
 
     async def model_ready(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
         name, version = self._model(call, params)
-        await self._out.body(call, send, 200 if self._service.model_ready(name, version) else 400, b"", [])
+        ready = self._service.model_ready(name, version)
+        await self._out.json(call, send, 200 if ready else 400, {"name": name, "ready": ready})
 
     async def statistics(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
         name, version = self._model(call, params)

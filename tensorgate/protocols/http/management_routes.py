@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorgate.errors import InvalidInput, NotImplementedFeature
+from tensorgate.errors import InvalidInput
 from tensorgate.models.service import InferenceService
 from tensorgate.models.status import StatusReport
 from tensorgate.names import check_model_name
@@ -20,7 +20,7 @@ from tensorgate.protocols.http.inference_routes import HttpSettings, read_reques
 from tensorgate.protocols.http.openapi import openapi_json
 from tensorgate.protocols.http.routes import Params, RouteTable
 from tensorgate.protocols.http.v2_codec import dumps, loads_object
-from tensorgate.protocols.shared_memory import CUDA_MESSAGE, SharedMemoryRegions, is_local_peer, region_owner
+from tensorgate.protocols.shared_memory import CudaRegions, SharedMemoryRegions, is_local_peer, region_owner
 
 _NO_STORE = (b"cache-control", b"no-store")
 
@@ -47,12 +47,18 @@ class ManagementRoutes:
         routes.add("POST", "/v2/repository/index", self.repository_index)
         routes.add("POST", "/v2/repository/models/{model}/load", self.repository_load)
         routes.add("POST", "/v2/repository/models/{model}/unload", self.repository_unload)
-        for kind in ("systemsharedmemory", "cudasharedmemory"):
-            routes.add("GET", f"/v2/{kind}/status", self.shared_memory_status)
-            routes.add("GET", f"/v2/{kind}/region/{{region}}/status", self.shared_memory_status)
-            routes.add("POST", f"/v2/{kind}/region/{{region}}/register", self.shared_memory_register)
-            routes.add("POST", f"/v2/{kind}/unregister", self.shared_memory_unregister)
-            routes.add("POST", f"/v2/{kind}/region/{{region}}/unregister", self.shared_memory_unregister)
+        system = "/v2/systemsharedmemory"
+        routes.add("GET", f"{system}/status", self.shared_memory_status)
+        routes.add("GET", f"{system}/region/{{region}}/status", self.shared_memory_status)
+        routes.add("POST", f"{system}/region/{{region}}/register", self.shared_memory_register)
+        routes.add("POST", f"{system}/unregister", self.shared_memory_unregister)
+        routes.add("POST", f"{system}/region/{{region}}/unregister", self.shared_memory_unregister)
+        cuda = "/v2/cudasharedmemory"
+        routes.add("GET", f"{cuda}/status", self.cuda_status)
+        routes.add("GET", f"{cuda}/region/{{region}}/status", self.cuda_status)
+        routes.add("POST", f"{cuda}/region/{{region}}/register", self.cuda_register)
+        routes.add("POST", f"{cuda}/unregister", self.cuda_unregister)
+        routes.add("POST", f"{cuda}/region/{{region}}/unregister", self.cuda_unregister)
         routes.add("GET", "/v2/status", self.status_document)  # what the status page polls (metrics role)
         routes.add("GET", "/", self.status_page)
         routes.add("GET", "/status", self.status_page)
@@ -98,8 +104,6 @@ class ManagementRoutes:
     # -- the shared-memory extensions ------------------------------------------------------------
 
     def _regions_for(self, call: Call) -> SharedMemoryRegions:
-        if call.path.startswith("/v2/cudasharedmemory"):
-            raise NotImplementedFeature(CUDA_MESSAGE)
         self._regions.check_caller(is_local_peer(call.peer_host))
         return self._regions
 
@@ -122,6 +126,17 @@ class ManagementRoutes:
     async def shared_memory_unregister(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
         regions = self._regions_for(call)
         regions.unregister(region_owner(call.identity), params.get("region"))
+        await self._out.json(call, send, 200, {})
+
+    async def cuda_status(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
+        await self._out.json(call, send, 200, CudaRegions.status(params.get("region")))
+
+    async def cuda_register(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
+        await self._document(call, receive)  # a malformed body is 400 for what it is
+        CudaRegions.register(params["region"])
+
+    async def cuda_unregister(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
+        CudaRegions.unregister(params.get("region"))
         await self._out.json(call, send, 200, {})
 
     # -- status and documents --------------------------------------------------------------------

@@ -286,7 +286,9 @@ def encode_infer(
     response: InferResponse, prefs: OutputPrefs, shared: SharedMemoryUse | None = None
 ) -> tuple[bytes, int | None]:
     """The answer body, and the JSON header length when binary outputs follow it. Outputs bound for
-    shared memory are written there (``shared``) and answered with their region, without data."""
+    shared memory are written there (``shared``) and answered, as Triton does, with their name,
+    datatype and shape only: Triton's C++ client reads ``binary_data_size`` from any output that has
+    ``parameters``."""
     outputs: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     targets = shared.targets if shared is not None else None
@@ -295,7 +297,7 @@ def encode_infer(
         entry: dict[str, Any] = {"name": name, "datatype": datatype.value, "shape": list(array.shape)}
         if targets and name in targets:
             assert shared is not None
-            entry["parameters"] = shared.write(name, array, datatype)
+            shared.write(name, array, datatype)
         elif prefs.wants_binary(name):
             blob = to_raw(array, datatype)
             entry["parameters"] = {"binary_data_size": len(blob)}
