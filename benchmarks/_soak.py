@@ -91,7 +91,7 @@ def growth_met(at_warmup_mib: float, at_end_mib: float) -> bool:
 
 
 def flat(before: int, after: int, tolerance: int = FLAT_TOLERANCE) -> bool:
-    """"Flat" for counts (FDs, threads, processes): within ``tolerance`` of each other."""
+    """ "Flat" for counts (FDs, threads, processes): within ``tolerance`` of each other."""
     return abs(after - before) <= tolerance
 
 

@@ -458,8 +458,7 @@ def protocols_section(work: Path, seconds: float, rounds: int, lines: list[str],
         f"and perf_analyzer's `--streaming`): {ratio['grpc-stream']:.2f} of the ceiling; the bar above is "
         "for unary `ModelInfer`, what `tritonclient`'s `infer` calls.",
         bar_line("HTTP binary", ratio["v2-binary"], interval["v2-binary"], 0.90),
-        f"- HTTP JSON: {ratio['v2-json']:.2f} of the ceiling (bar >= 0.65: "
-        f"{verdict(ratio['v2-json'] >= 0.65)}).",
+        f"- HTTP JSON: {ratio['v2-json']:.2f} of the ceiling (bar >= 0.65: {verdict(ratio['v2-json'] >= 0.65)}).",
         f"- Client CPU peaked at {max(m.cores.client for m in every):.2f} cores of {os.cpu_count()}; the "
         f"server used at most {max(m.cores.server for m in every):.2f}. The client shares the machine with the "
         "server, so every core it takes is one the model does not get.",
