@@ -30,7 +30,10 @@ def is_valid_version(text: str) -> bool:
 
 
 def parse_version(text: str) -> int:
-    """A version from a URL or directory name: a positive integer."""
+    """A version from a URL or directory name: a positive integer (Triton's words when it is not)."""
     if _VERSION.fullmatch(text) is None:
-        raise InvalidInput("invalid model version: versions are positive integers")
+        raise InvalidInput(
+            f"failed to get model version from specified version string '{text[:32]}', "
+            "version should be an integral value > 0"
+        )
     return int(text)

@@ -25,7 +25,7 @@ def find_entry(manager: ModelManager, name: str) -> ModelEntry:
         check_model_name(name)
         if manager.starting:
             raise Unavailable("the server is starting: its models are not known yet", retry_after_s=1.0)
-        raise NotFound(f"unknown model '{name}'")
+        raise NotFound(f"Request for unknown model: '{name}' is not found")
     return entry
 
 
@@ -36,7 +36,7 @@ def check_version(entry: ModelEntry, name: str, version: int | None) -> None:
         return
     if entry.residence.on_demand and any(v.version == version for v in entry.source.versions):
         return
-    raise NotFound(f"unknown version {version} of model '{name}'")
+    raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
 
 
 def loaded(entry: ModelEntry, name: str, version: int | None) -> Servable:
@@ -61,7 +61,9 @@ def route(entry: ModelEntry, name: str, version: int | None, traffic_key: str | 
     if chosen is None:
         if entry.versions:  # loaded but out of rotation (every instance down): counted on the newest
             entry.versions[max(entry.versions)].metrics.outcome("unavailable")
-        raise Unavailable(f"model '{name}' has no ready version" + _why(entry), retry_after_s=1.0)
+        raise Unavailable(
+            f"Request for unknown model: '{name}' has no available versions" + _why(entry), retry_after_s=1.0
+        )
     return chosen
 
 
@@ -95,5 +97,6 @@ def _explicit(entry: ModelEntry, name: str, version: int) -> Servable:
         return found
     if version in entry.statuses:
         state = entry.statuses[version].state.value
-        raise Unavailable(f"model '{name}' version {version} is not available ({state})", retry_after_s=1.0)
-    raise NotFound(f"unknown version {version} of model '{name}'")
+        message = f"Request for unknown model: '{name}' version {version} is not at ready state ({state})"
+        raise Unavailable(message, retry_after_s=1.0)
+    raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")

@@ -76,7 +76,7 @@ class InferenceService:
         if version is None:
             return entry.latest_ready() is not None and not self.draining
         if version not in entry.versions and version not in entry.statuses:
-            raise NotFound(f"unknown version {version} of model '{name}'")
+            raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
         found = entry.versions.get(version)
         return found is not None and found.ready and not self.draining
 
@@ -86,7 +86,7 @@ class InferenceService:
         entry = router.find_entry(self._manager, name)
         statuses = [s for v, s in sorted(entry.statuses.items()) if version is None or v == version]
         if version is not None and not statuses:
-            raise NotFound(f"unknown version {version} of model '{name}'")
+            raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
         return statuses
 
     def knows(self, name: str) -> bool:

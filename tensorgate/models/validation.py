@@ -1,4 +1,9 @@
-"""Checking a decoded request against a model's tensor specs; shared by every protocol."""
+"""Checking a decoded request against a model's tensor specs; shared by every protocol.
+
+The messages lead with Triton's words for the same fault (``unexpected shape for input ...``,
+``inference request batch-size must be <= 8 for 'simple'``), which clients and scripts written
+for Triton look for, and then say what this server expected.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,11 @@ from tensorgate.types import Array, DataType, TensorSpec
 
 def _fmt(shape: tuple[int, ...]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _names(names: list[str]) -> str:
+    """``['a','b']``, as Triton lists tensor names."""
+    return "[" + ",".join(f"'{name}'" for name in names) + "]"
 
 
 class TensorRules:
@@ -40,12 +50,14 @@ class TensorRules:
             got = DataType.from_numpy(array.dtype)
             if got is not spec.datatype:
                 raise InvalidInput(
-                    f"input '{name}' has datatype {got.value}, but model '{self._model}' expects {spec.datatype.value}"
+                    f"inference input '{name}' data-type is '{got.value}', but model '{self._model}' "
+                    f"expects '{spec.datatype.value}'"
                 )
             shape: tuple[int, ...] = array.shape
             if len(shape) != len(spec.shape) or any(shape[axis] != d for axis, d in fixed):
                 raise InvalidInput(
-                    f"input '{name}' has shape {_fmt(shape)}, but model '{self._model}' expects {_fmt(spec.shape)}"
+                    f"unexpected shape for input '{name}' for model '{self._model}'. "
+                    f"Expected {_fmt(spec.shape)}, got {_fmt(shape)}"
                 )
             if not batched:
                 key.append(shape)
@@ -54,8 +66,8 @@ class TensorRules:
                 key.append(shape[1:])
             elif shape[0] != rows:
                 raise InvalidInput(
-                    f"inputs of model '{self._model}' disagree on the batch size: "
-                    f"'{name}' has {shape[0]} rows, others {rows}"
+                    f"input '{name}' batch size does not match other inputs for '{self._model}' "
+                    f"({shape[0]} rows, the others {rows})"
                 )
             else:
                 key.append(shape[1:])
@@ -65,20 +77,23 @@ class TensorRules:
                 raise InvalidInput(f"batch size 0 is not allowed for model '{self._model}'")
             if rows > self._max_batch_size:
                 raise InvalidInput(
-                    f"batch size {rows} exceeds the maximum batch size {self._max_batch_size} of model '{self._model}'"
+                    f"inference request batch-size must be <= {self._max_batch_size} for '{self._model}' (got {rows})"
                 )
         return (rows or 1), tuple(key)
 
     def _name_error(self, inputs: Mapping[str, Array]) -> None:
         unknown = sorted(set(inputs) - self._names)
         if unknown:
+            others = f" (and {_names(unknown[1:])})" if len(unknown) > 1 else ""
             raise InvalidInput(
-                f"unexpected input(s) {unknown} for model '{self._model}'; expected {sorted(self._names)}"
+                f"unexpected inference input '{unknown[0]}' for model '{self._model}'{others}; "
+                f"its inputs are {_names(sorted(self._names))}"
             )
         missing = sorted(self._names - set(inputs))
         raise InvalidInput(
-            f"expected {len(self._names)} inputs but got {len(inputs)} inputs for model '{self._model}'; "
-            f"missing required input(s) {missing}"
+            f"expected {len(self._names)} inputs but got {len(inputs)} inputs for model '{self._model}'. "
+            f"Got inputs {_names(sorted(inputs))}, but missing required inputs {_names(missing)}. "
+            "Please provide all required inputs."
         )
 
     def check_outputs(self, requested: tuple[str, ...]) -> None:
@@ -87,7 +102,9 @@ class TensorRules:
         unknown = [name for name in requested if name not in self._outputs]
         if unknown:
             raise InvalidInput(
-                f"unknown output(s) {unknown} for model '{self._model}'; expected {sorted(self._outputs)}"
+                f"unexpected inference output '{unknown[0]}' for model '{self._model}'; "
+                f"its outputs are {_names(sorted(self._outputs))}"
             )
         if len(set(requested)) != len(requested):
-            raise InvalidInput(f"duplicate output names requested for model '{self._model}'")
+            twice = next(name for name in requested if requested.count(name) > 1)
+            raise InvalidInput(f"Duplicate output name '{twice}' is not allowed in a request")

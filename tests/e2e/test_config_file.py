@@ -121,7 +121,7 @@ def test_batchable_model_from_the_file(client: httpx.Client, setup: tuple[Path, 
     too_many = {"inputs": [{"name": "features", "datatype": "FP32", "shape": [9, 16], "data": [0.0] * 144}]}
     response = client.post("/v2/models/mlp/infer", json=too_many)
     assert response.status_code == 400
-    assert "maximum batch size 8" in response.json()["error"]
+    assert "inference request batch-size must be <= 8 for 'mlp'" in response.json()["error"]
 
 
 def test_fixed_batch_model_is_served_unbatched_with_a_warning(client: httpx.Client, server: ServerProcess) -> None:

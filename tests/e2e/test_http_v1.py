@@ -101,7 +101,7 @@ def test_instances_of_named_inputs(client: httpx.Client) -> None:
 def test_missing_named_input_is_400(client: httpx.Client) -> None:
     response = client.post("/v1/models/add:predict", json={"inputs": {"a": [[1.0, 2.0]]}})
     assert response.status_code == 400
-    assert "missing required input(s) ['b']" in response.json()["error"]
+    assert "missing required inputs ['b']" in response.json()["error"]
 
 
 def test_bytes_instances_and_b64(client: httpx.Client) -> None:

@@ -176,7 +176,7 @@ async def test_a_model_whose_only_instance_goes_bad_is_not_ready_until_it_heals(
             assert (await client.get("/v2/health/live")).status_code == 200
             assert (await stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10)).live
             answer = await client.post("/v2/models/m/infer", json=v2_body([[1, 2, 3, 4]]))
-            assert answer.status_code == 503 and "no ready version" in answer.json()["error"]
+            assert answer.status_code == 503 and "has no available versions" in answer.json()["error"]
             marker.unlink()
             await _until(ready)
             assert (await client.get("/v2/models/m/ready")).status_code == 200

@@ -165,7 +165,7 @@ def test_declared_specs_that_agree(client: httpx.Client) -> None:
     body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [5, 2], "data": [0.0] * 10}]}
     response = client.post("/v2/models/declared/infer", json=body)
     assert response.status_code == 400
-    assert "exceeds the maximum batch size 4" in response.json()["error"]
+    assert "inference request batch-size must be <= 4 for" in response.json()["error"]
 
 
 def _v1_status(client: httpx.Client, model: str) -> list[dict[str, object]]:

@@ -149,10 +149,10 @@ async def test_unload_under_load_drains_what_was_admitted(server: ServerProcess)
             ).status_code == 200
             await load.until(lambda answers: sum(a.status == 503 for a in answers) >= 16)
         answers = load.answers
-        # Admitted before the unload: answered by the model. Arrived after: 503 "no ready version",
+        # Admitted before the unload: answered by the model. Arrived after: 503 "has no available versions",
         # never the scheduler's refusal of a queued request ("unloading").
         assert {a.status for a in answers} == {200, 503}
-        assert all("no ready version" in a.body or "not ready" in a.body for a in answers if a.status == 503)
+        assert all("has no available versions" in a.body or "not ready" in a.body for a in answers if a.status == 503)
         served = sum(a.status == 200 for a in answers)
         assert metric(server.metrics_url, "tensorgate_requests_total", model="beta", outcome="success") == served
         assert (await admin.post(f"{server.url}/v2/repository/models/beta/load", headers=ADMIN)).status_code == 200

@@ -46,9 +46,21 @@ def _typed(model: str, name: str, datatype: str, shape: list[int], field: str, v
 
 CASES = {
     "bad datatype": (_request(datatype="FP33"), grpc.StatusCode.INVALID_ARGUMENT, "unknown datatype"),
-    "unknown model": (_request(model="nope"), grpc.StatusCode.NOT_FOUND, "unknown model 'nope'"),
-    "unknown version": (_request(model_version="7"), grpc.StatusCode.NOT_FOUND, "unknown version 7"),
-    "bad version": (_request(model_version="x"), grpc.StatusCode.INVALID_ARGUMENT, "invalid model version"),
+    "unknown model": (
+        _request(model="nope"),
+        grpc.StatusCode.NOT_FOUND,
+        "Request for unknown model: 'nope' is not found",
+    ),
+    "unknown version": (
+        _request(model_version="7"),
+        grpc.StatusCode.NOT_FOUND,
+        "Request for unknown model: 'mlp' version 7 is not found",
+    ),
+    "bad version": (
+        _request(model_version="x"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "failed to get model version from specified version string 'x'",
+    ),
     "bad model name": (_request(model="../etc"), grpc.StatusCode.INVALID_ARGUMENT, "invalid model name"),
     "wrong shape": (
         _request(shape=(2, 15), raw=[np.zeros((2, 15), np.float32).tobytes()]),

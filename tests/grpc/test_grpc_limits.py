@@ -101,7 +101,10 @@ def test_the_limit_bounds_requests_not_answers(stub: service_pb2_grpc.GRPCInfere
 
 @pytest.mark.parametrize(
     ("version", "message"),
-    [("", "model 'broken' has no ready version"), ("1", "model 'broken' version 1 is not available (FAILED)")],
+    [
+        ("", "Request for unknown model: 'broken' has no available versions"),
+        ("1", "Request for unknown model: 'broken' version 1 is not at ready state (FAILED)"),
+    ],
 )
 def test_a_model_that_failed_to_load_is_unavailable(
     stub: service_pb2_grpc.GRPCInferenceServiceStub, version: str, message: str

@@ -80,9 +80,7 @@ def decode_infer(
     """
     name = check_model_name(message.model_name)
     version = optional_version(message.model_version)
-    count = len(message.inputs)
-    if count == 0:
-        raise InvalidInput("request must have at least one input")
+    count = len(message.inputs)  # none at all is the model's to refuse, naming the inputs it needs
     if count > MAX_INPUTS:
         raise InvalidInput(f"request has {count} inputs; at most {MAX_INPUTS} are allowed")
     if raw is None:  # with upb, each read of a repeated bytes field's element is a fresh copy
@@ -108,11 +106,17 @@ def decode_infer(
         shape, elements = parse_shape(list(tensor.shape), input_name, limits.max_elements)
         if uses_shared_memory(tensor.parameters):
             if tensor.HasField("contents"):
-                raise InvalidInput(f"input '{input_name}' has both contents and shared_memory_region")
+                raise InvalidInput(
+                    f"unexpected 'content' provided when using shared memory for input tensor '{input_name}' "
+                    f"for model '{name}'"
+                )
             inputs[input_name] = use.read(parameters(tensor.parameters), datatype, shape, elements, input_name)
         elif raw:
             if tensor.HasField("contents"):
-                raise InvalidInput(f"input '{input_name}' has both contents and raw_input_contents")
+                raise InvalidInput(
+                    f"contents field must not be specified when using raw_input_contents for '{input_name}' "
+                    f"for model '{name}'"
+                )
             inputs[input_name] = from_raw(raw[next_raw], datatype, shape, elements, input_name)
             next_raw += 1
         else:
@@ -156,7 +160,7 @@ def _requested_outputs(message: Any, shared: SharedMemoryUse) -> tuple[str, ...]
         if not output.name:
             raise InvalidInput(f"outputs[{index}] needs a name")
         if output.name in names:
-            raise InvalidInput(f"output '{output.name}' is requested more than once (duplicate output names)")
+            raise InvalidInput(f"Duplicate output name '{output.name}' is not allowed in a request")
         if "classification" in output.parameters:
             raise NotImplementedFeature("the classification extension is not supported")
         if uses_shared_memory(output.parameters):

@@ -74,13 +74,18 @@ def decode_predict(
                 inputs[spec.name] = _as_array([row[spec.name] for row in rows], spec, "instances")
             extra = {k for row in rows for k in row} - set(by_name)
             if extra:
-                raise InvalidInput(f"instances name unknown input(s) {sorted(extra)}")
+                raise InvalidInput(
+                    f"unexpected inference input '{sorted(extra)[0]}' for model '{model}' (in instances); "
+                    f"its inputs are {sorted(by_name)}"
+                )
     else:
         columns = document["inputs"]
         if isinstance(columns, dict):
             unknown = sorted(set(columns) - set(by_name))
             if unknown:
-                raise InvalidInput(f"unknown input(s) {unknown}; expected {sorted(by_name)}")
+                raise InvalidInput(
+                    f"unexpected inference input '{unknown[0]}' for model '{model}'; its inputs are {sorted(by_name)}"
+                )
             for name, value in columns.items():
                 inputs[name] = _as_array(value, by_name[name], f"inputs['{name}']")
         else:

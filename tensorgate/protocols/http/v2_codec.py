@@ -144,8 +144,8 @@ def decode_infer(
     binary = view[header_length:] if header_length is not None else view[len(view) :]
 
     raw_inputs = document.get("inputs")
-    if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise InvalidInput("request must have a non-empty 'inputs' list")
+    if not isinstance(raw_inputs, list):  # an empty list is the model's to refuse, naming what it needs
+        raise InvalidInput("request must have an 'inputs' list")
     if len(raw_inputs) > MAX_INPUTS:
         raise InvalidInput(f"request has {len(raw_inputs)} inputs; at most {MAX_INPUTS} are allowed")
 
@@ -268,7 +268,7 @@ def _outputs(
             raise InvalidInput(f"outputs[{index}] needs a 'name' string")
         name = node["name"]
         if name in names:
-            raise InvalidInput(f"output '{name}' is requested more than once (duplicate output names)")
+            raise InvalidInput(f"Duplicate output name '{name}' is not allowed in a request")
         oparams = _parameters(node, f"output '{name}'")
         if "classification" in oparams:
             raise NotImplementedFeature("the classification extension is not supported")

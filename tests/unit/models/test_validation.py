@@ -42,30 +42,36 @@ def test_bytes_inputs_are_object_arrays() -> None:
     [
         (
             {**_inputs(), "extra": np.zeros(1)},
-            "unexpected input(s) ['extra'] for model 'm'; expected ['image', 'mask']",
+            "unexpected inference input 'extra' for model 'm'; its inputs are ['image','mask']",
         ),
         (
             {"image": _inputs()["image"]},
-            "expected 2 inputs but got 1 inputs for model 'm'; missing required input(s) ['mask']",
+            "expected 2 inputs but got 1 inputs for model 'm'. Got inputs ['image'], but missing required "
+            "inputs ['mask']. Please provide all required inputs.",
         ),
         (
             {**_inputs(), "mask": np.zeros((2, 2), np.int8)},
-            "input 'mask' has datatype INT8, but model 'm' expects BOOL",
+            "inference input 'mask' data-type is 'INT8', but model 'm' expects 'BOOL'",
         ),
         (
             {**_inputs(), "image": np.zeros((2, 3, 5), np.float32)},
-            "input 'image' has shape [2,3,5], but model 'm' expects [-1,3,-1,4]",
+            "unexpected shape for input 'image' for model 'm'. Expected [-1,3,-1,4], got [2,3,5]",
         ),
         (
             {**_inputs(), "image": np.zeros((2, 1, 5, 4), np.float32)},
-            "input 'image' has shape [2,1,5,4], but model 'm' expects [-1,3,-1,4]",
+            "unexpected shape for input 'image' for model 'm'. Expected [-1,3,-1,4], got [2,1,5,4]",
         ),
         (
             {**_inputs(), "mask": np.zeros((3, 2), np.bool_)},
-            "inputs of model 'm' disagree on the batch size: 'mask' has 3 rows, others 2",
+            "input 'mask' batch size does not match other inputs for 'm' (3 rows, the others 2)",
         ),
         (_inputs(rows=0), "batch size 0 is not allowed for model 'm'"),
-        (_inputs(rows=9), "batch size 9 exceeds the maximum batch size 8 of model 'm'"),
+        (_inputs(rows=9), "inference request batch-size must be <= 8 for 'm' (got 9)"),
+        (
+            {},
+            "expected 2 inputs but got 0 inputs for model 'm'. Got inputs [], but missing required inputs "
+            "['image','mask']. Please provide all required inputs.",
+        ),
     ],
 )
 def test_each_refusal_names_what_is_wrong(inputs: dict[str, np.ndarray], message: str) -> None:
@@ -79,8 +85,8 @@ def test_outputs() -> None:
     rules.check_outputs(())
     rules.check_outputs(("ids", "scores"))
     with pytest.raises(
-        InvalidInput, match=r"unknown output\(s\) \['nope'\] for model 'm'; expected \['ids', 'scores'\]"
+        InvalidInput, match=r"^unexpected inference output 'nope' for model 'm'; its outputs are \['ids','scores'\]$"
     ):
         rules.check_outputs(("scores", "nope"))
-    with pytest.raises(InvalidInput, match="duplicate output names requested for model 'm'"):
+    with pytest.raises(InvalidInput, match=r"^Duplicate output name 'ids' is not allowed in a request$"):
         rules.check_outputs(("ids", "ids"))

@@ -34,7 +34,7 @@ def test_instances_of_named_inputs() -> None:
     assert request.inputs["b"].tolist() == [0.5, 1.5]
     with pytest.raises(InvalidInput, match="every instance needs input 'b'"):
         decode_predict({"instances": [{"a": [1, 2]}]}, "m", None, TWO, True)
-    with pytest.raises(InvalidInput, match="unknown input"):
+    with pytest.raises(InvalidInput, match="unexpected inference input 'c' for model 'm'"):
         decode_predict({"instances": [{"a": [1, 2], "b": 1, "c": 2}]}, "m", None, TWO, True)
     with pytest.raises(InvalidInput, match="must be an object"):
         decode_predict({"instances": [[1, 2]]}, "m", None, TWO, True)
@@ -48,7 +48,7 @@ def test_inputs_as_columns() -> None:
     assert request.inputs["x"].tolist() == [[1, 2]]
     with pytest.raises(InvalidInput, match="send 'inputs' as an object"):
         decode_predict({"inputs": [[1, 2]]}, "m", None, TWO, True)
-    with pytest.raises(InvalidInput, match="unknown input"):
+    with pytest.raises(InvalidInput, match="unexpected inference input 'zz' for model 'm'"):
         decode_predict({"inputs": {"zz": [1]}}, "m", None, TWO, True)
 
 

@@ -103,8 +103,8 @@ def test_decode_binary_tensors() -> None:
 @pytest.mark.parametrize(
     ("document", "blob", "message"),
     [
-        ({}, b"", "non-empty 'inputs'"),
-        ({"inputs": []}, b"", "non-empty 'inputs'"),
+        ({}, b"", "must have an 'inputs' list"),
+        ({"inputs": {}}, b"", "must have an 'inputs' list"),
         ({"inputs": [1]}, b"", "must be an object"),
         ({"inputs": [{"datatype": "FP32", "shape": [1], "data": [1]}]}, b"", "needs a 'name'"),
         ({"inputs": [{"name": "a", "datatype": "FP32", "shape": [1]}]}, b"", "neither 'data'"),
@@ -135,7 +135,7 @@ def test_decode_binary_tensors() -> None:
         (
             {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1], "data": [1]}], "outputs": [{"name": "y"}] * 2},
             b"",
-            "duplicate output names",
+            "Duplicate output name 'y' is not allowed in a request",
         ),
         ({"inputs": [{"name": "a", "datatype": "FP32", "shape": [1], "data": [1]}], "id": 3}, b"", "'id' must"),
         (

@@ -64,5 +64,5 @@ def test_versions(text: str, version: int) -> None:
 
 @pytest.mark.parametrize("text", ["0", "01", "-1", "+1", "1.0", "x", "", " 1", "1" * 19, "\u0661"])
 def test_invalid_versions(text: str) -> None:
-    with pytest.raises(InvalidInput, match="invalid model version"):
+    with pytest.raises(InvalidInput, match="failed to get model version from specified version string"):
         parse_version(text)
