@@ -124,6 +124,7 @@ class Server:
         self.shared_memory = SharedMemoryRegions(enabled=False)  # replaced at start from the settings
         self._certificate_task: asyncio.Task[None] | None = None
         self.service = InferenceService(self.manager)
+        self.service.name = config.server.server_name
         self.manager.response_cache = ResponseCache(
             config.server.response_cache_bytes, self.metrics.response_cache_bytes.labels().set
         )

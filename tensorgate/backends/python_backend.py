@@ -1,4 +1,5 @@
-"""``backend: python``: a :class:`PythonModel` subclass loaded from ``<version>/model.py``."""
+"""``backend: python``: a :class:`PythonModel` subclass loaded from ``<version>/model.py``, or a Triton
+Python-backend model (a ``TritonPythonModel`` class; :mod:`tensorgate.backends.triton_python`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from tensorgate.backends import triton_python
 from tensorgate.backends.base import Backend, LoadSpec, declared_specs
 from tensorgate.backends.python_model import ModelContext, PythonModel
 from tensorgate.errors import ModelLoadError
@@ -31,6 +33,8 @@ class PythonBackend(Backend):
         if loader_spec is None or loader_spec.loader is None:
             raise ModelLoadError(f"cannot import {spec.artifact.name}")
         module = importlib.util.module_from_spec(loader_spec)
+        # A Triton model imports triton_python_backend_utils: the module of ours that stands for it.
+        sys.modules.setdefault(triton_python.MODULE_NAME, triton_python)
         try:
             sys.modules[module_name] = module
             loader_spec.loader.exec_module(module)
@@ -45,11 +49,18 @@ class PythonBackend(Backend):
             and obj is not PythonModel
             and obj.__module__ == module_name
         ]
-        if len(classes) != 1:
-            raise ModelLoadError(
-                f"model.py must define exactly one tensorgate.PythonModel subclass, found {len(classes)}"
+        triton_class = vars(module).get("TritonPythonModel")
+        if not classes and inspect.isclass(triton_class):
+            model: PythonModel = triton_python.TritonModel(
+                triton_class(), spec.config, [output.name for output in self._outputs]
             )
-        model = classes[0]()
+        elif len(classes) != 1:
+            raise ModelLoadError(
+                "model.py must define exactly one tensorgate.PythonModel subclass (or a Triton "
+                f"TritonPythonModel class), found {len(classes)}"
+            )
+        else:
+            model = classes[0]()
         context = ModelContext(
             name=spec.model,
             version=spec.version,
@@ -61,7 +72,7 @@ class PythonBackend(Backend):
         try:
             model.load(context)
         except Exception as exc:
-            raise ModelLoadError(f"{classes[0].__name__}.load raised {type(exc).__name__}: {exc}") from exc
+            raise ModelLoadError(f"{type(model).__name__}.load raised {type(exc).__name__}: {exc}") from exc
         self._model = model
 
     def inputs(self) -> tuple[TensorSpec, ...]:

@@ -30,6 +30,7 @@ _FLAG_KEYS = {
     "trace_exporter": "trace_exporter",
     "trace_sample_ratio": "trace_sample_ratio",
     "replica_id": "replica_id",
+    "server_name": "server_name",
     "model_control": "model_control",
     "repository_poll_secs": "repository_poll_s",
     "admin_keys_file": "admin_keys_file",
@@ -82,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--trace-sample-ratio", type=float, help="share of new traces sampled, 0..1 (default 1)")
     parser.add_argument("--replica-id", help="this replica's name in log lines and in tensorgate_server_info")
+    parser.add_argument(
+        "--server-name",
+        help="the name in the V2 server metadata (default tensorgate; 'triton' for clients that check it)",
+    )
     parser.add_argument(
         "--grpc-refuse-when-unready",
         action="store_true",

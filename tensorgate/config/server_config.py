@@ -105,6 +105,9 @@ class ServerSection(Strict):
     # Names this server among the replicas behind one load balancer: on every log line and in the
     # tensorgate_server_info metric, so logs and scrapes of several replicas can be told apart.
     replica_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+    # The server's name in its V2 metadata (GET /v2, ServerMetadata). Clients written for Triton
+    # that check it (Triton's health_metadata examples assert "triton") need server_name: triton.
+    server_name: str = Field(default="tensorgate", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     # Triton's model control modes: none (the repository as it was at startup), poll (rescan it and
     # apply what changed), explicit (the repository API loads and unloads, with an admin key).
     model_control: Literal["none", "poll", "explicit"] = "none"

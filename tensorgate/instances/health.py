@@ -8,8 +8,13 @@ to a broken accelerator. An instance that is alive but answers wrongly or slowly
   bring it back at ``success_threshold``.
 - :class:`HealthMonitor` is the thin driver for one model version. Every ``interval_s`` it probes
   each instance that has run nothing since the last look and is idle (so a probe never takes a slot
-  from real work): the probe sample (the warm-up's first sample, or zeros of the declared shapes)
-  must answer within ``timeout_s`` with finite outputs wherever the reference gave finite ones.
+  from real work): the probe sample must answer within ``timeout_s`` with finite outputs wherever
+  the reference gave finite ones. A probe only ever sends inputs this model has answered: the
+  warm-up's first sample, or else the inputs of one real request it answered (the first, copied,
+  when they hold at most ``MAX_LEARNED_SAMPLE_BYTES``; kept by this version's monitor only, so they
+  never reach another model). Until it has such a sample an idle instance is not probed (invented
+  inputs, such as zeros for a model that parses its BYTES as numbers, would fail a healthy
+  instance); its real batches still count, and after a restart it rejoins without a probe.
   The reference is the warm-up's answer to the sample; without a warm-up, every good probe of any
   of the version's instances adds the outputs it found finite. So an instance that turns to NaN
   before its first probe is still caught once a healthy sibling has answered finite; a version
@@ -44,6 +49,9 @@ from tensorgate.types import Array
 log = logging.getLogger(__name__)
 
 RESTART_BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+# A real request's inputs are kept as the probe sample only up to this size (a small request comes
+# soon enough on any model that serves; an image batch is not worth holding for probes).
+MAX_LEARNED_SAMPLE_BYTES = 1 << 20
 # How often recovery looks again at an instance it cannot probe yet (a routine probe still finishing).
 BUSY_RECHECK_S = 0.05
 
@@ -110,7 +118,7 @@ class HealthMonitor:
         label: str,
         pool: InstancePool,
         settings: HealthCheck,
-        sample: Mapping[str, Array],
+        sample: Mapping[str, Array] | None,
         finite: frozenset[str] | None,
         poke: Callable[[], None],
         on_probe: Callable[[Instance, bool], None] | None = None,
@@ -149,6 +157,19 @@ class HealthMonitor:
 
     # -- what the scheduler reports --------------------------------------------------------------
 
+    @property
+    def wants_sample(self) -> bool:
+        """No probe sample yet: the scheduler offers the inputs of a request the model answered."""
+        return self._sample is None and self._settings.enabled
+
+    def learn_sample(self, inputs: Mapping[str, Array]) -> None:
+        """Inputs the model answered (a request's, in a batch that succeeded), kept as the probe
+        sample when they are small enough; copied, as a request's arrays may be views of a client's
+        shared memory or of the body it came in."""
+        if self._sample is not None or sum(int(a.nbytes) for a in inputs.values()) > MAX_LEARNED_SAMPLE_BYTES:
+            return
+        self._sample = {name: np.array(array, copy=True) for name, array in inputs.items()}
+
     def batch_ok(self, instance: Instance) -> None:
         record = self.records.get(instance)
         if record is not None and record.in_rotation:
@@ -172,7 +193,7 @@ class HealthMonitor:
             for instance in self._pool.instances:
                 record = self.records[instance]
                 idle = done[instance] == seen[instance] and not self._pool.is_busy(instance)
-                if record.in_rotation and idle and instance not in self._probing:
+                if record.in_rotation and idle and instance not in self._probing and self._sample is not None:
                     self._spawn(self._routine_probe(instance))
             seen = done
 
@@ -195,12 +216,14 @@ class HealthMonitor:
     async def _probe(self, instance: Instance) -> str | None:
         """Run the probe sample on an idle instance: "" when good, the problem when not, None when
         the instance was busy (real work goes first)."""
+        sample = self._sample
+        assert sample is not None, "probed without a sample the model has answered"
         if instance in self._probing or not self._pool.acquire_for_probe(instance):
             return None
         self._probing.add(instance)
         problem = ""
         loop = asyncio.get_running_loop()
-        run = loop.create_task(instance.execute(self._sample))
+        run = loop.create_task(instance.execute(sample))
         timer = loop.create_task(self._sleep(self._settings.timeout_s))
         try:
             await asyncio.wait((run, timer), return_when=asyncio.FIRST_COMPLETED)
@@ -287,6 +310,9 @@ class HealthMonitor:
                     continue
                 finally:
                     self._release_stuck(instance)
+            if self._sample is None:  # nothing the model is known to answer: its real batches judge it
+                record.in_rotation = True
+                record.failures = record.successes = 0
             while not record.in_rotation:
                 stuck = self._stuck.get(instance)
                 if stuck is not None:  # a probe hung: nothing to probe until it ends

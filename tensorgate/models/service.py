@@ -49,6 +49,7 @@ class InferenceService:
         self._repository = repository if repository is not None else RepositoryControl(manager, "none", None)
         self.draining = False
         self.started = False
+        self.name = SERVER_NAME  # the server's name in its metadata (server.server_name)
         self.extensions: tuple[str, ...] = EXTENSIONS  # the server adds those its settings turn on
         self._clock = manager.clock
 
@@ -103,7 +104,7 @@ class InferenceService:
     # -- metadata --------------------------------------------------------------------------------
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": list(self.extensions)}
+        return {"name": self.name, "version": SERVER_VERSION, "extensions": list(self.extensions)}
 
     def metadata(self, name: str, version: int | None) -> ModelMetadata:
         entry = router.find_entry(self._manager, name)

@@ -20,7 +20,7 @@ from tensorgate.clock import Clock
 from tensorgate.models.entry import ModelEntry
 from tensorgate.models.generative import GenerativeVersion
 from tensorgate.models.servable import Servable, VersionState, VersionStatus
-from tensorgate.models.service import SERVER_NAME, SERVER_VERSION, InferenceService
+from tensorgate.models.service import SERVER_VERSION, InferenceService
 from tensorgate.observability.status_window import RATE_SPAN_S, WINDOW_S, StatusWindows, WindowFigures
 from tensorgate.observability.tenant_window import SHOWN, TenantRow, TenantWindows
 
@@ -65,7 +65,7 @@ class StatusReport:
         memory = manager.memory
         return {
             "server": {
-                "name": SERVER_NAME,
+                "name": service.name,
                 "version": SERVER_VERSION,
                 "replica": self._replica,
                 "live": service.live(),

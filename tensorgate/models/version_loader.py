@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from tensorgate.backends.base import LoadSpec
 from tensorgate.backends.registry import GENERATIVE, missing_runtime
 from tensorgate.clock import Clock
-from tensorgate.config.model_config import DynamicBatching, TensorConfig, WarmupSample
+from tensorgate.config.model_config import DynamicBatching, TensorConfig
 from tensorgate.errors import ModelLoadError
 from tensorgate.instances.base import Instance, InstanceDied
 from tensorgate.instances.factory import create_instance, placements
@@ -192,11 +192,13 @@ async def _build_batching(
 def _monitor(
     version: ModelVersion, source: ModelSource, vsource: VersionSource, reference: dict[str, Array] | None
 ) -> None:
-    """Health checks for the version: the probe sample is the first warm-up sample (zeros of the
-    declared shapes without one); the outputs the warm-up gave for it (else good probes of any
-    instance) say which outputs must stay finite."""
-    samples = source.config.warmup or [WarmupSample(name="probe")]
-    sample = build_sample(samples[0], version.specs.inputs, version.specs.max_batch_size > 0, vsource.directory)
+    """Health checks for the version: the probe sample is the first warm-up sample, which the model
+    answered while warming up (without one, the monitor learns a real request's inputs once the
+    model has answered them); the outputs the warm-up gave for it (else good probes of any instance)
+    say which outputs must stay finite."""
+    samples = source.config.warmup
+    batched = version.specs.max_batch_size > 0
+    sample = build_sample(samples[0], version.specs.inputs, batched, vsource.directory) if samples else None
     monitor = HealthMonitor(
         f"{version.name}/{version.version}",
         version.pool,

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from tensorgate.config.loading import load_file
+from tensorgate.config.loading import load_file, validate
 from tensorgate.config.model_config import ModelConfig
+from tensorgate.config.triton_pbtxt import triton_config
 from tensorgate.errors import ConfigError
 from tensorgate.names import is_valid_model_name, is_valid_version
 from tensorgate.repository.source import ModelSource, VersionSource
@@ -21,6 +22,7 @@ from tensorgate.repository.version_policy import served_versions
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.yaml"
+TRITON_CONFIG_FILE = "config.pbtxt"  # Triton's, read where there is no config.yaml
 # The files a version directory may hold for each backend, the first found being the model.
 _ARTIFACTS = {"onnxruntime": ("model.onnx",), "python": ("model.py",), "torch": ("model.pt", "model.pt2")}
 
@@ -47,6 +49,16 @@ def _detect_backend(version_dirs: list[Path]) -> str | None:
     return None
 
 
+def _read_config(path: Path, source: str) -> ModelConfig:
+    if path.name == CONFIG_FILE:
+        return load_file(ModelConfig, path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source}: cannot read the file ({exc})") from exc
+    return validate(ModelConfig, triton_config(text, source), source)
+
+
 def scan_model(root: Path, model_dir: Path, override: ModelConfig | None = None) -> ModelSource:
     """One model directory. Problems are recorded on the source, so one bad model fails alone.
 
@@ -56,18 +68,20 @@ def scan_model(root: Path, model_dir: Path, override: ModelConfig | None = None)
     problems: list[str] = []
     config = ModelConfig()
     config_path = model_dir / CONFIG_FILE
+    if not config_path.exists() and (model_dir / TRITON_CONFIG_FILE).exists():
+        config_path = model_dir / TRITON_CONFIG_FILE
     if override is not None:
         config = override
     elif config_path.exists():
         if not _inside(root, config_path):
-            problems.append(f"{name}/{CONFIG_FILE} points outside the model repository")
+            problems.append(f"{name}/{config_path.name} points outside the model repository")
         else:
             try:
-                config = load_file(ModelConfig, config_path)
+                config = _read_config(config_path, f"{name}/{config_path.name}")
             except ConfigError as exc:
                 problems.append(str(exc).replace(str(root) + "/", ""))
     if config.name is not None and config.name != name:
-        problems.append(f"{name}/{CONFIG_FILE}: key 'name' is {config.name!r}, expected the directory name")
+        problems.append(f"{name}/{config_path.name}: key 'name' is {config.name!r}, expected the directory name")
 
     version_dirs: dict[int, Path] = {}
     for child in sorted(model_dir.iterdir()):

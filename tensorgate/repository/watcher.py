@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tensorgate.config.model_config import ModelConfig
 from tensorgate.names import is_valid_model_name, is_valid_version
-from tensorgate.repository.scanner import CONFIG_FILE, scan_model
+from tensorgate.repository.scanner import CONFIG_FILE, TRITON_CONFIG_FILE, scan_model
 from tensorgate.repository.source import ModelSource
 
 
@@ -69,7 +69,8 @@ def fingerprint_model(model_dir: Path) -> ModelPrint:
     for child in children:
         if is_valid_version(child.name) and child.is_dir():
             versions.append((int(child.name), _directory_digest(child)))
-    return ModelPrint(_stat_text(model_dir / CONFIG_FILE), tuple(versions))
+    configs = _stat_text(model_dir / CONFIG_FILE) + "|" + _stat_text(model_dir / TRITON_CONFIG_FILE)
+    return ModelPrint(configs, tuple(versions))
 
 
 def fingerprint_repository(root: Path) -> dict[str, ModelPrint]:

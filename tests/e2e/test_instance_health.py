@@ -36,9 +36,9 @@ async def _until(holds: Callable[[], Awaitable[bool]], timeout_s: float = 30.0) 
         await asyncio.sleep(0.02)
 
 
-def _instance_metric(server: ServerProcess, name: str) -> Callable[[], Awaitable[float]]:
+def _instance_metric(server: ServerProcess, name: str, instance: str = BAD) -> Callable[[], Awaitable[float]]:
     async def read() -> float:
-        return await asyncio.to_thread(metric, server.metrics_url, name, model="m", instance=BAD)
+        return await asyncio.to_thread(metric, server.metrics_url, name, model="m", instance=instance)
 
     return read
 
@@ -121,6 +121,9 @@ async def test_an_idle_instance_going_bad_is_found_by_its_probes(
     write_faulty_model(tmp_path / "models", "m", marker, fault=fault)
     with ServerProcess("--model-repository", str(tmp_path / "models"), "--no-access-log") as server:
         healthy = _instance_metric(server, "tensorgate_instance_healthy")
+        probes = _instance_metric(server, "tensorgate_instance_probes_total")
+        await _answered_once(server)  # probes send only inputs the model has answered: this request's
+        await _until(lambda: _equals(probes, 1.0, at_least=True))  # probed while healthy: it passes
         marker.touch()
         await _until(lambda: _equals(healthy, 0.0))
         others = [
@@ -139,6 +142,35 @@ async def test_an_idle_instance_going_bad_is_found_by_its_probes(
         )
         assert restarted >= 1
         _left_and_rejoined(server, error)
+
+
+async def _answered_once(server: ServerProcess) -> None:
+    async with httpx.AsyncClient(base_url=server.url, timeout=10.0) as client:
+        answer = await client.post("/v2/models/m/infer", json=v2_body([[1, 2, 3, 4]]))
+    assert answer.status_code == 200
+
+
+async def test_no_instance_is_probed_with_inputs_the_model_has_not_answered(tmp_path: Path) -> None:
+    """Without a warm-up sample, an idle model is not probed until it has answered a request: invented
+    inputs (zeros) could fail a healthy instance. Once one is answered, its inputs are the probe."""
+    write_faulty_model(tmp_path / "models", "m", tmp_path / "never-created", count=1, bad_index=0)
+    with ServerProcess("--model-repository", str(tmp_path / "models"), "--no-access-log") as server:
+        probes = _instance_metric(server, "tensorgate_instance_probes_total", "m_1_0")
+        async with httpx.AsyncClient(base_url=server.url, timeout=10.0) as client:
+
+            async def uptime() -> float:
+                return float((await client.get("/v2/status")).json()["server"]["uptime_s"])
+
+            await _until(lambda: _at_least(uptime, 1.5))  # seven probe intervals of 0.2 s have gone by
+            assert await probes() == 0.0
+            answer = await client.post("/v2/models/m/infer", json=v2_body([[1, 2, 3, 4]]))
+            assert answer.status_code == 200
+        await _until(lambda: _equals(probes, 2.0, at_least=True))
+        assert await _instance_metric(server, "tensorgate_instance_healthy", "m_1_0")() == 1.0
+
+
+async def _at_least(read: Callable[[], Awaitable[float]], value: float) -> bool:
+    return await read() >= value
 
 
 async def _equals(read: Callable[[], Awaitable[float]], value: float, *, at_least: bool = False) -> bool:
@@ -169,6 +201,8 @@ async def test_a_model_whose_only_instance_goes_bad_is_not_ready_until_it_heals(
                 return model.ready, whole.ready
 
             assert await grpc_ready() == (True, True)
+            answered = await client.post("/v2/models/m/infer", json=v2_body([[1, 2, 3, 4]]))
+            assert answered.status_code == 200  # the inputs its probes will send, once it has answered them
             marker.touch()
             await _until(not_ready)  # its probes take it out: nothing is left in rotation
             assert (await client.get("/v2/models/m/ready")).status_code == 400

@@ -64,6 +64,7 @@ class Fake(Instance):
         self.calls = 0
         self.abandoned = 0  # calls cancelled while held
         self.restarts = 0
+        self.last: Mapping[str, Array] = {}  # the inputs of the last call
 
     async def start(self) -> None:
         return None
@@ -75,6 +76,7 @@ class Fake(Instance):
 
     async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         self.calls += 1
+        self.last = inputs
         if self.hang:
             self.holding.set()
             try:
@@ -104,7 +106,9 @@ class Fake(Instance):
 class Watched:
     """A monitor over ``instances`` on hand-driven timers, with events for ejection and return."""
 
-    def __init__(self, *instances: Fake, failure_threshold: int = 3) -> None:
+    def __init__(
+        self, *instances: Fake, failure_threshold: int = 3, sample: Mapping[str, Array] | None = SAMPLE
+    ) -> None:
         self.timers = Timers()
         self.pool = InstancePool(instances)
         self.probes: list[tuple[str, bool]] = []
@@ -113,7 +117,7 @@ class Watched:
         self.rejoined = asyncio.Event()
         settings = HealthCheck(interval_s=INTERVAL_S, timeout_s=TIMEOUT_S, failure_threshold=failure_threshold)
         self.monitor = HealthMonitor(
-            "m/1", self.pool, settings, SAMPLE, None, lambda: None, on_probe=self._probe, sleep=self.timers.sleep
+            "m/1", self.pool, settings, sample, None, lambda: None, on_probe=self._probe, sleep=self.timers.sleep
         )
         for instance in instances:
             instance.on_health_change = self._changed
@@ -167,6 +171,41 @@ async def test_restarts_back_off_exponentially_to_the_cap_and_start_over_on_the_
     bad.broken = True
     watched.monitor.batch_failed(bad, InstanceDied("the worker exited again"))
     assert await watched.timers.end(*RESTART_BACKOFF_S) == 0.0  # a new ejection starts from the first step
+    await watched.monitor.aclose()
+
+
+async def test_without_a_sample_the_model_answered_no_idle_instance_is_probed() -> None:
+    instance = Fake("a")
+    watched = Watched(instance, sample=None)
+    watched.monitor.start()
+    assert watched.monitor.wants_sample
+    for _ in range(3):  # three idle intervals go by: nothing is sent to the model
+        assert await watched.timers.end(INTERVAL_S) == INTERVAL_S
+    await asyncio.sleep(0)
+    assert instance.calls == 0 and watched.probes == []
+    too_big = {"x": np.zeros((1 << 18, 2), np.float32)}  # 2 MiB: not kept as a probe sample
+    watched.monitor.learn_sample(too_big)
+    assert watched.monitor.wants_sample
+    answered = {"x": np.full((1, 1), 7.0, np.float32)}
+    watched.monitor.learn_sample(answered)
+    answered["x"][0, 0] = -1.0  # the request's own array changes later: the sample is a copy
+    assert not watched.monitor.wants_sample
+    await watched.timers.end(INTERVAL_S)
+    await watched.until_probes(1)
+    assert watched.probes == [("a", True)] and instance.calls == 1
+    assert instance.last["x"][0, 0] == 7.0  # what the model answered, not what the array became
+    await watched.monitor.aclose()
+
+
+async def test_without_a_sample_a_restarted_instance_rejoins_and_real_batches_judge_it() -> None:
+    bad = Fake("a")
+    watched = Watched(bad, Fake("b"), sample=None)
+    watched.monitor.start()
+    watched.monitor.batch_failed(bad, InstanceDied("the worker exited"))
+    await asyncio.wait_for(watched.ejected.wait(), 5)
+    assert await watched.timers.end(*RESTART_BACKOFF_S) == 0.0
+    await asyncio.wait_for(watched.rejoined.wait(), 5)  # restarted: back without a probe of made-up inputs
+    assert bad.restarts == 1 and watched.probes == [] and bad.calls == 0
     await watched.monitor.aclose()
 
 
