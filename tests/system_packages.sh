@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The Debian programs the suite drives for real, installed before it runs (`make test` calls this;
 # the tests themselves install nothing): nginx (tests/deploy/test_nginx.py), Chromium
-# (tests/e2e/test_status_page.py) and kubectl with kustomize (tests/deploy/test_kubernetes.py).
+# (tests/e2e/test_status_page.py), kubectl with kustomize (tests/deploy/test_kubernetes.py), and
+# Triton's perf_analyzer (tests/compat/fetch_perf_analyzer.sh).
 # What is there already is left alone. Off Debian, or without root, it says so and does nothing:
 # the tests that need a missing program then skip, saying which.
 set -euo pipefail
+# Triton's perf_analyzer, for tests/compat/test_perf_analyzer.py (in a cache of its own, not installed).
+bash "$(dirname "$0")/compat/fetch_perf_analyzer.sh" || echo "tests/system_packages.sh: perf_analyzer not set up; its tests skip" >&2
 missing=()
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 have nginx || missing+=(nginx)
