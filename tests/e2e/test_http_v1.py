@@ -116,6 +116,8 @@ def test_model_status(client: httpx.Client) -> None:
         response = client.get(path)
         assert response.status_code == 200
         assert response.json() == {
+            "name": "mlp",
+            "ready": True,  # KServe V1's field (its SDK's is_model_ready), beside TF Serving's states
             "model_version_status": [
                 {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
             ]

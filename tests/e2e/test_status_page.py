@@ -133,7 +133,8 @@ def test_the_document_reports_states_shares_instances_and_the_last_minute(server
 
 
 def test_the_page_and_the_document_answer_get_and_head_only(server: ServerProcess) -> None:
-    with httpx.Client(base_url=server.url, timeout=10) as client:
+    browser = {"accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    with httpx.Client(base_url=server.url, timeout=10, headers=browser) as client:
         for path in ("/", "/status"):
             page = client.get(path)
             assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
@@ -143,6 +144,9 @@ def test_the_page_and_the_document_answer_get_and_head_only(server: ServerProces
             assert page.headers["x-frame-options"] == "DENY" and page.headers["cache-control"] == "no-store"
             head = client.head(path)
             assert head.status_code == 200 and head.content == b""
+        # Not a browser (curl, the KServe SDK's V1 client): the root is KServe V1's liveness answer.
+        alive = client.get("/", headers={"accept": "*/*"})
+        assert alive.status_code == 200 and alive.json() == {"status": "alive"}
         for path in ("/", "/status", "/v2/status"):
             wrong = client.post(path)
             assert wrong.status_code == 405 and wrong.headers["allow"] == "GET, HEAD"

@@ -180,6 +180,9 @@ class InferenceRoutes:
         name, version = self._model(call, params)
         statuses = self._service.version_statuses(name, version)
         document = {
+            # KServe V1's model status (what its SDK's is_model_ready reads) beside TF Serving's.
+            "name": name,
+            "ready": self._service.model_ready(name, version),
             "model_version_status": [
                 {
                     "version": str(s.version),
@@ -187,7 +190,7 @@ class InferenceRoutes:
                     "status": {"error_code": "OK" if not s.reason else "UNKNOWN", "error_message": s.reason},
                 }
                 for s in statuses
-            ]
+            ],
         }
         await self._out.json(call, send, 200, document)
 

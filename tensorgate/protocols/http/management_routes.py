@@ -60,7 +60,7 @@ class ManagementRoutes:
         routes.add("POST", f"{cuda}/unregister", self.cuda_unregister)
         routes.add("POST", f"{cuda}/region/{{region}}/unregister", self.cuda_unregister)
         routes.add("GET", "/v2/status", self.status_document)  # what the status page polls (metrics role)
-        routes.add("GET", "/", self.status_page)
+        routes.add("GET", "/", self.root)
         routes.add("GET", "/status", self.status_page)
         routes.add("GET", "/openapi.json", self.openapi)  # behind the same gate as the metadata routes
 
@@ -144,6 +144,14 @@ class ManagementRoutes:
     async def status_document(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
         visible = None if call.identity is None else call.identity.models
         await self._out.body(call, send, 200, dumps(self._status.document(visible)), [JSON, _NO_STORE])
+
+    async def root(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
+        """A browser gets the status page; any other client KServe V1's liveness answer, which the
+        KServe SDK's V1 client reads from the server's root."""
+        if "text/html" in (call.header(b"accept") or ""):
+            await self.status_page(call, params, receive, send)
+        else:
+            await self._out.body(call, send, 200, b'{"status":"alive"}', [JSON])
 
     async def status_page(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
         await self._out.body(call, send, 200, self._status_page, self._status_page_headers)
