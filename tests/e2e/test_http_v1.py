@@ -120,7 +120,7 @@ def test_model_status(client: httpx.Client) -> None:
             "ready": True,  # KServe V1's field (its SDK's is_model_ready), beside TF Serving's states
             "model_version_status": [
                 {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
-            ]
+            ],
         }
     assert client.get("/v1/models/mlp/versions/9").status_code == 404
     assert client.get("/v1/models/nope").status_code == 404
