@@ -120,6 +120,11 @@ local_base() {
   fi
   local tarball=$cache/base-bookworm-$key.tar
   if [ ! -f "$tarball" ]; then
+    if [ "$(id -u)" != 0 ]; then
+      log "the local base is made with debootstrap, as root; or build on the official image:"
+      log "  make image PYTHON_IMAGE=python:3.11-slim-bookworm"
+      exit 1
+    fi
     apt_install debootstrap
     mkdir -p "$cache"
     log "making the local base (debootstrap, a few minutes; cached in $tarball)"
