@@ -6,10 +6,12 @@ import argparse
 import sys
 
 from tensorgate.cli import bench, examples, serve
+from tensorgate.version import __version__
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tensorgate", description="A production inference server.")
+    parser.add_argument("--version", action="version", version=f"tensorgate {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve_parser = commands.add_parser("serve", help="serve a model repository over HTTP and gRPC")
     serve.add_arguments(serve_parser)

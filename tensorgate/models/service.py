@@ -25,9 +25,10 @@ from tensorgate.models.triton_config import triton_config
 from tensorgate.models.version_loader import declared_metadata
 from tensorgate.repository.source import ModelSource
 from tensorgate.types import InferRequest, InferResponse, ModelMetadata
+from tensorgate.version import __version__
 
 SERVER_NAME = "tensorgate"
-SERVER_VERSION = "0.1.0"
+SERVER_VERSION = __version__
 EXTENSIONS = ("binary_tensor_data", "schedule_policy", "statistics", "model_repository")
 
 # Reads one request header (gRPC: metadata key) by its lower-case name: how a protocol hands the

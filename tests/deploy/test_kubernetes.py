@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -344,10 +345,11 @@ def test_device_overlays(rendered: dict[str, list[Manifest]]) -> None:
     assert limits("overlays/ascend")["huawei.com/Ascend310"] == 1
     for target in ("overlays/gpu", "overlays/ascend"):
         assert {k: v for k, v in limits(target).items() if "/" not in k} == limits("base"), target
-    # Each device runs the image built for it (deploy/docker/Dockerfile's VARIANT).
-    assert _server(rendered["base"])["image"] == "tensorgate:0.1.0"
-    assert _server(rendered["overlays/gpu"])["image"] == "tensorgate:0.1.0-gpu"
-    assert _server(rendered["overlays/ascend"])["image"] == "tensorgate:0.1.0-cann"
+    # Each device runs the image built for it (deploy/docker/Dockerfile's VARIANT), of this version.
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert _server(rendered["base"])["image"] == f"tensorgate:{version}"
+    assert _server(rendered["overlays/gpu"])["image"] == f"tensorgate:{version}-gpu"
+    assert _server(rendered["overlays/ascend"])["image"] == f"tensorgate:{version}-cann"
     dockerfile = (ROOT / "deploy" / "docker" / "Dockerfile").read_text()
     for variant in ("gpu", "cann"):
         assert f"      {variant}) runtime=" in dockerfile

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import socket
 import ssl
 import urllib.parse
@@ -25,6 +27,8 @@ from uvicorn.protocols.http.httptools_impl import (
 from tensorgate.protocols.http.body import MAX_CHUNKS
 from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
 from tensorgate.protocols.http.security_headers import NOSNIFF_LINE
+
+log = logging.getLogger(__name__)
 
 # Request-line and header bounds: a URI past 16 KiB is 414; more than 100
 # header fields or 64 KiB of them is 431. Until the headers are complete at most 1 MiB is buffered.
@@ -44,6 +48,12 @@ BODY_HIGH_WATER_BYTES = 8 << 20
 CHUNKED_WAKE_BYTES = 1 << 20
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+
+# At shutdown, a connection that has not begun a request may be one accepted as the listener
+# closed, whose client is writing its request: it gets this long to begin it (the client wrote it
+# right after connecting, so its bytes are in flight or already in the socket's buffer) before it
+# is closed quietly. uvicorn closes it at once, with the request unread: the client sees a reset.
+SHUTDOWN_FIRST_REQUEST_S = 1.0
 
 
 class _BodyParts:
@@ -132,6 +142,7 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
     _timer: asyncio.TimerHandle | None = None
     _timer_at = 0.0
     _turned_away = False
+    _last_request = False  # shutdown() left the connection open for one request: close after it
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         if self.max_connections is not None and len(self.connections) >= self.max_connections:
@@ -319,12 +330,39 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
+        if self._last_request:
+            self.transport.close()
+            return
         self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
         else:
             self._idle_since = self.loop.time()
+
+    def shutdown(self) -> None:
+        """uvicorn's graceful shutdown of one connection (an idle one is closed now; one whose request is
+        being answered closes after the answer), except where a request has not reached the app yet:
+
+        - its headers are arriving: that request is served (under the header timeout), and the
+          connection closes after its answer;
+        - not a byte of a first request yet: it has ``SHUTDOWN_FIRST_REQUEST_S`` to begin one,
+          served the same way.
+
+        Either way uvicorn would close it with the client's request on the wire."""
+        idle = self.cycle is None or self.cycle.response_complete
+        if idle and not self.transport.is_closing():
+            if self._in_request:
+                self._last_request = True
+                return
+            if self._requests == 0:
+                self._last_request = True
+                self._cancel_timer()
+                # _check_time closes a connection that never began a request at this due time.
+                self._head_started = self.loop.time() + SHUTDOWN_FIRST_REQUEST_S - self.header_timeout_s
+                self._arm(self._head_started + self.header_timeout_s)
+                return
+        super().shutdown()
 
     def _check_time(self) -> None:
         """The connection's one timer: late headers or a late body get 408; a connection that never
@@ -366,12 +404,61 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         self._arm(due)
 
 
+def _taken(task: asyncio.Task[Any]) -> None:
+    """A connection taken at shutdown that never became one (its TLS handshake failed): logged."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("a connection taken at shutdown failed: %s", task.exception())
+
+
 class _Uvicorn(uvicorn.Server):  # type: ignore[misc]
     handshake_timeout_s = 10.0
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's shutdown, after taking the connections the kernel has completed and queued for
+        accept: closing the listening socket would reset them, and their clients have sent, or are
+        sending, a request (the gRPC server does the same). They are served like any connection
+        uvicorn's shutdown finds (see :meth:`_Protocol.shutdown`)."""
+        taken = self._take_queued()
+        for server in self.servers:
+            server.close()  # accepts no more; uvicorn's own close below finds it closed
+        if taken:
+            await asyncio.wait(taken, timeout=self.handshake_timeout_s)  # each connection is made (and counted)
+        await super().shutdown(sockets)
+
+    def _take_queued(self) -> list[asyncio.Task[Any]]:
+        config = self.config
+        loop = asyncio.get_running_loop()
+
+        def create_protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[no-any-return]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state, _loop=loop
+            )
+
+        taken: list[asyncio.Task[Any]] = []
+        for server in self.servers:
+            for listening in server.sockets:
+                with socket.socket(fileno=os.dup(listening.fileno())) as sock:
+                    sock.setblocking(False)
+                    while True:
+                        try:
+                            conn, _ = sock.accept()
+                        except OSError:  # BlockingIOError: the queue is empty
+                            break
+                        conn.setblocking(False)
+                        if config.ssl is None:
+                            made = loop.connect_accepted_socket(create_protocol, conn)
+                        else:
+                            made = loop.connect_accepted_socket(
+                                create_protocol, conn, ssl=config.ssl, ssl_handshake_timeout=self.handshake_timeout_s
+                            )
+                        task: asyncio.Task[Any] = loop.create_task(made)
+                        task.add_done_callback(_taken)
+                        taken.append(task)
+        return taken
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's start on given sockets (lifespan off), but a TLS handshake gets the header timeout

@@ -26,6 +26,7 @@ UPSTREAM = {
     "HttpToolsProtocol.on_response_complete": "64e254f28e389e76",
     "HttpToolsProtocol.timeout_keep_alive_handler": "8b53bf5f2e202970",
     "HttpToolsProtocol._start_asgi_task": "8d0189e65525db42",
+    "HttpToolsProtocol.shutdown": "d7351fa33f00d430",
     "RequestResponseCycle.send": "abdd8601b326a8da",
     "RequestResponseCycle.receive": "8124ae006be71184",
     "Server.capture_signals": "e1bbcd4770d1c887",
