@@ -44,12 +44,19 @@ from tensorgate.types import Array, DataType
 
 SHM_DIRECTORY = "/dev/shm"
 MAX_REGIONS = 256  # per caller
-_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _KEY = re.compile(r"^/?[A-Za-z0-9_.:-]{1,250}$")
 _PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 OFF_MESSAGE = "system shared memory is off on this server (server.shared_memory: system turns it on)"
 REMOTE_MESSAGE = "shared memory is only for clients on the server's own host (a loopback connection)"
+
+
+def check_region_name(name: Any) -> str:
+    """A region name as a client may give one: 400 for anything else."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidInput("a shared-memory region name is 1-128 letters, digits, '_', '.', ':' or '-'")
+    return name
 
 
 class CudaRegions:
@@ -62,19 +69,21 @@ class CudaRegions:
     @staticmethod
     def status(name: str | None) -> list[dict[str, Any]]:
         if name is not None:
-            raise NotFound(f"Unable to find cuda shared memory region: '{name[:128]}'")
+            raise NotFound(f"Unable to find cuda shared memory region: '{check_region_name(name)}'")
         return []
 
     @staticmethod
     def register(name: str) -> None:
         raise InvalidInput(
-            f"failed to register CUDA shared memory region: '{name[:128]}', GPUs not supported "
+            f"failed to register CUDA shared memory region: '{check_region_name(name)}', GPUs not supported "
             "(this server takes tensors through system shared memory)"
         )
 
     @staticmethod
     def unregister(name: str | None) -> None:
-        return None  # no region was ever registered: unregistering one, or all, is done
+        if name is not None:
+            check_region_name(name)  # a name no region could have is a client's error, as everywhere
+        # No region was ever registered: unregistering one, or all, is done.
 
 
 def is_local_peer(host: str | None) -> bool:
@@ -152,8 +161,7 @@ class SharedMemoryRegions:
 
     def register(self, owner: str, name: str, key: Any, offset: Any, byte_size: Any) -> None:
         self._on()
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise InvalidInput("a shared-memory region name is 1-128 letters, digits, '_', '.', ':' or '-'")
+        check_region_name(name)
         if not isinstance(key, str) or not _KEY.match(key) or key.strip("/") in (".", ".."):
             raise InvalidInput(f"region '{name}': the key must name one shared-memory object, like '/my_region'")
         offset = _non_negative(offset, f"region '{name}': offset")
