@@ -24,7 +24,8 @@ class InstanceDied(Exception):
 
 
 class ModelFailed(Exception):
-    """The model itself raised on a batch. Not retried: the same inputs would fail again."""
+    """The model itself raised on a batch: because of one of its inputs, or because the instance is
+    broken. The scheduler runs the batch's requests again to tell which (``Scheduler._isolate``)."""
 
 
 # A batch running longer is taken as hung: it fails as InstanceDied (retried once elsewhere) and

@@ -23,9 +23,13 @@ class Pending:
     attempts: int = 0
     failed_on: Any = None  # the instance a failed attempt ran on: its retry goes elsewhere when it can
     dispatched_at: float | None = None
-    # The model raised on this request's first attempt (a Fault shared by that batch's requests): if
-    # another instance then answers it, the failure was the first instance's, not the input's.
-    fault: Any = None
+    # Each batch that raised with this request in it (a Fault shared by that batch's requests): when
+    # all of them are answered elsewhere, the failure was that instance's, not the inputs'.
+    faults: list[Any] | None = None
+    failed_alone: Any = None  # an instance it raised on in a batch of its own: proof against the input
+    # Poison isolation: the request runs only with the others of its part of a batch that failed
+    # (its shape key carries the part's number); the key it came with is kept here.
+    own_key: tuple[tuple[int, ...], ...] | None = None
     # Its place in a fair queue: the virtual time its tenant's turn starts (queue_order.FairLevel).
     tag: float = 0.0
 
@@ -53,16 +57,29 @@ class Pending:
         self.attempts = attempts
         self.failed_on = failed_on
         self.dispatched_at = dispatched_at
-        self.fault = None
+        self.faults = None
+        self.failed_alone = None
+        self.own_key = None
         self.tag = 0.0
 
 
 class Fault:
-    """One batch that raised on an instance, shared by its requests while they are retried elsewhere."""
+    """One batch that raised on an instance, shared by its requests while they run elsewhere (whole,
+    or split to find the ones the model refuses). The instance is at fault only when every one of
+    them is then answered: a batch that held a request the model refuses anywhere was not its fault.
+    """
 
-    __slots__ = ("counted", "instance", "message")
+    __slots__ = ("answered", "instance", "message", "remaining", "size")
 
-    def __init__(self, instance: Any, message: str) -> None:
+    def __init__(self, instance: Any, message: str, size: int) -> None:
         self.instance = instance
         self.message = message
-        self.counted = False
+        self.size = size
+        self.remaining = size  # its requests not ended yet
+        self.answered = 0  # of those ended, the ones answered
+
+    def ended(self, answered: bool) -> bool:
+        """One of its requests ended; True when it was the last, and every one was answered."""
+        self.remaining -= 1
+        self.answered += answered
+        return self.remaining == 0 and self.answered == self.size

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -115,6 +116,7 @@ class Scheduler:
         self._deadline_admission = queue.deadline_admission
         self.batch_cost = BatchCost() if self._adaptive or self._deadline_admission else None
         self.health: HealthMonitor | None = None  # set once the version serves: hears how batches end
+        self._parts = itertools.count(1)  # numbers the parts a failed batch is split into
 
     # -- admission -----------------------------------------------------------------------------
 
@@ -245,6 +247,8 @@ class Scheduler:
             self._tenants.ended(tenant.name, outcome, None)
 
     def _finish(self, item: Pending, outcome: str) -> None:
+        if item.faults is not None:
+            self._settle_faults(item.faults, outcome == "success")
         elapsed = self._clock.now() - item.arrival
         self._inflight_gauges[item.priority - 1].dec()
         self._outcomes[outcome].inc()
@@ -253,6 +257,14 @@ class Scheduler:
         if tenant is not SHARED_TENANT or self._tenants.active:  # nothing to show until one is named
             self._tenants.ended(tenant.name, outcome, elapsed)
         self.stats.ended(outcome == "success", elapsed)
+
+    def _settle_faults(self, faults: list[Fault], answered: bool) -> None:
+        """A request that was in failed batches ended: an instance whose failed batch was answered in
+        full elsewhere counts a failure of its own."""
+        health = self.health
+        for fault in faults:
+            if fault.ended(answered) and health is not None:
+                health.batch_failed(fault.instance, ModelFailed(f"{fault.message} (answered by another instance)"))
 
     # -- dispatch --------------------------------------------------------------------------------
 
@@ -403,18 +415,7 @@ class Scheduler:
                 return
             if isinstance(error, ModelFailed):
                 log.warning("model %s/%s raised on a batch of %d: %s", self.model, self.version, len(batch), error)
-                # Inference is idempotent: another instance in rotation gets one try at it. If it answers,
-                # the fault was this instance's (a device error) and counts against its health; if it
-                # raises too, the input is at fault and the client gets the 500.
-                others = self._pool.available_count() - (1 if instance.available else 0)
-                fault = Fault(instance, str(error))
-                for item in batch:
-                    item.attempts += 1
-                    if item.attempts > 1 or others < 1 or self.health is None:
-                        settle(item.future, InternalError(f"model '{self.model}' failed to execute the request"))
-                    else:
-                        item.failed_on, item.fault = instance, fault
-                        retry.append(item)
+                retry = self._isolate(instance, batch, error)
                 return
             if error is not None:
                 raise error
@@ -448,18 +449,59 @@ class Scheduler:
             self._running.discard(ended)
             ended.set_result(None)
 
+    def _isolate(self, instance: Instance, batch: list[Pending], error: ModelFailed) -> list[Pending]:
+        """The model raised on a batch: which of its requests does the model itself refuse?
+
+        Inference is idempotent, so the requests run again, on another instance where there is one:
+        a batch of several split in two halves, each its own batch from then on (and split again
+        should it raise too), down to single requests. A request the model raised on alone, on two
+        instances (or on the only one), is refused: it alone fails, with the model's message. The
+        instance is charged (its health) only once every request of its failed batch is answered
+        elsewhere: then the fault was the instance's, a device error, and not the inputs'. Halving
+        bounds the extra executions of a batch of N to about 2N.
+        """
+        message = str(error)
+        fault = Fault(instance, message, len(batch))
+        others = self._pool.available_count() - (1 if instance.available else 0)
+        retry: list[Pending] = []
+        for item in batch:
+            if item.faults is None:
+                item.faults = []
+            item.faults.append(fault)
+            item.failed_on = instance
+            item.attempts += 1
+        if self.health is None:  # no health checks: no isolation either, as the configuration asks
+            for item in batch:
+                self._refuse(item, message)
+            return retry
+        if len(batch) == 1:
+            item = batch[0]
+            if others < 1 or (item.failed_alone is not None and item.failed_alone is not instance):
+                self._refuse(item, message)  # raised alone on two instances, or there is no other to try
+            else:
+                item.failed_alone = instance
+                retry.append(item)
+            return retry
+        half = len(batch) // 2
+        for part in (batch[:half], batch[half:]):
+            number = next(self._parts)
+            for item in part:
+                if item.own_key is None:
+                    item.own_key = item.shape_key
+                item.shape_key = (*item.own_key, (-number,))  # no real dimension is negative
+                retry.append(item)
+        return retry
+
+    def _refuse(self, item: Pending, message: str) -> None:
+        settle(item.future, InternalError(f"model '{self.model}' failed to execute the request: {message}"))
+
     def _report_health(self, instance: Instance, batch: list[Pending]) -> None:
-        """A batch succeeded: its instance is well, and any instance its requests failed on is not."""
+        """A batch succeeded: its instance is well."""
         health = self.health
         assert health is not None
         health.batch_ok(instance)
         if health.wants_sample:  # a probe sends only inputs the model has answered
             health.learn_sample(batch[0].request.inputs)
-        for item in batch:
-            fault = item.fault
-            if fault is not None and not fault.counted and fault.instance is not instance:
-                fault.counted = True
-                health.batch_failed(fault.instance, ModelFailed(f"{fault.message} (another instance answered)"))
 
     def _release(self, instance: Instance, retry: list[Pending]) -> None:
         """The instance is free again: requeue what must be retried (first in line), dispatch."""

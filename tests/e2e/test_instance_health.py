@@ -43,6 +43,13 @@ def _instance_metric(server: ServerProcess, name: str, instance: str = BAD) -> C
     return read
 
 
+def _in_flight(server: ServerProcess) -> Callable[[], Awaitable[bool]]:
+    async def read() -> bool:
+        return await asyncio.to_thread(metric, server.metrics_url, "tensorgate_inflight_requests", model="m") > 0
+
+    return read
+
+
 def _left_and_rejoined(server: ServerProcess, error: str, instance: str = BAD) -> None:
     """The warning that took ``instance`` out names it, its device and its last error (matching
     the pattern ``error``); a later line says it is back."""
@@ -229,7 +236,9 @@ async def test_an_input_the_model_refuses_everywhere_is_a_500_and_no_instance_s_
             for _ in range(24):
                 answer = await client.post("/v2/models/m/infer", json=v2_body([[-1e7, 0, 0, 0]]))
                 assert answer.status_code == 500
-                assert answer.json() == {"error": "model 'm' failed to execute the request"}
+                assert answer.json() == {
+                    "error": "model 'm' failed to execute the request: ValueError: model refuses inputs below -1e6"
+                }
             good = await client.post("/v2/models/m/infer", json=v2_body([[1, 2, 3, 4]]))
             assert good.status_code == 200 and good.json()["outputs"][0]["data"][0] == 2.0
             assert (await client.get("/v2/health/ready")).status_code == 200
@@ -241,3 +250,43 @@ async def test_an_input_the_model_refuses_everywhere_is_a_500_and_no_instance_s_
         retried = await asyncio.to_thread(metric, server.metrics_url, "tensorgate_request_retries_total", model="m")
         assert retried >= 24  # each was retried on another instance before the client got its 500
         assert not any("out of rotation" in str(r.get("message")) for r in server.log_records())
+
+
+async def test_a_poisoned_request_fails_alone_and_its_batch_mates_are_answered(tmp_path: Path) -> None:
+    """One instance (the default), dynamic batching: eight requests queue behind a running batch and
+    go as one, one of them an input the model refuses. That one gets the 500 with the model's own
+    message; the seven others get their answers; the instance stays in rotation and is not
+    restarted (the batch failed because of the input, not the device)."""
+    write_faulty_model(tmp_path / "models", "m", None, count=1, bad_index=9, delay_ms=100)
+    with ServerProcess("--model-repository", str(tmp_path / "models"), "--no-access-log") as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10.0) as client:
+            assert (await client.post("/v2/models/m/infer", json=v2_body([[0, 0, 0, 0]]))).status_code == 200
+            first = asyncio.ensure_future(client.post("/v2/models/m/infer", json=v2_body([[0, 0, 0, 0]])))
+            await _until(_in_flight(server))  # the instance is busy: the next eight queue behind it
+            values = [float(v) for v in range(8)]
+            values[5] = -1e7
+            answers = await asyncio.gather(
+                *(client.post("/v2/models/m/infer", json=v2_body([[v, 0, 0, 0]])) for v in values)
+            )
+            assert (await first).status_code == 200
+            for value, answer in zip(values, answers, strict=True):
+                if value < -1e6:
+                    assert answer.status_code == 500
+                    assert answer.json() == {
+                        "error": "model 'm' failed to execute the request: ValueError: model refuses inputs below -1e6"
+                    }
+                else:
+                    assert answer.status_code == 200, answer.text
+                    assert answer.json()["outputs"][0]["data"][0] == value + 1
+            assert (await client.get("/v2/health/ready")).status_code == 200
+        batches = [
+            int(m.group(1))
+            for r in server.log_records()
+            if (m := re.search(r"raised on a batch of (\d+)", str(r.get("message"))))
+        ]
+        assert batches and batches[0] > 1  # they went as one batch, and it was split to find the input
+        scraped = [
+            await asyncio.to_thread(metric, server.metrics_url, name, model="m")
+            for name in ("tensorgate_instance_healthy", "tensorgate_instance_restarts_total")
+        ]
+        assert scraped == [1.0, 0.0]
