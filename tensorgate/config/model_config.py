@@ -156,6 +156,15 @@ class HealthCheck(Strict):
     # A real batch running longer than this is taken as hung: it is retried on another instance and
     # the instance counts a failure (a thread instance is reloaded, a worker process killed).
     batch_timeout_s: float = Field(default=120.0, gt=0)
+    # Hang detection at the model's own pace (scheduling/pace.py): a batch running past
+    # max(hang_floor_s, hang_factor x the 99th percentile of the instance's recent batches of its
+    # size) is suspect; its requests are sent to another instance too, the first answer wins, and a
+    # second suspect batch in a row takes the instance out. Five times the slowest 1 % is far past
+    # any pace the model has shown (a GC pause or a noisy neighbour stays within two or three); the
+    # one-second floor keeps a millisecond model from hedging on a hiccup of the host.
+    hang_detection: bool = True
+    hang_floor_s: float = Field(default=1.0, gt=0)
+    hang_factor: float = Field(default=5.0, ge=1)
 
 
 class StepCondition(Strict):

@@ -30,6 +30,7 @@ from tensorgate.models.warmup import build_sample, warm_up
 from tensorgate.observability.metrics import Metrics
 from tensorgate.observability.tracing import Tracer
 from tensorgate.repository.source import ModelSource, VersionSource
+from tensorgate.scheduling.pace import Pace
 from tensorgate.scheduling.scheduler import QueueSettings
 from tensorgate.types import Array, DataType, ModelMetadata, TensorSpec
 
@@ -209,6 +210,9 @@ def _monitor(
         on_probe=lambda instance, ok: version.metrics.instance_probe(instance.name, ok),
     )
     version.health = version.scheduler.health = monitor
+    checks = source.config.health_check
+    if checks.enabled and checks.hang_detection:
+        version.scheduler.pace = Pace(checks.hang_floor_s, checks.hang_factor, checks.batch_timeout_s)
 
 
 def _wire(

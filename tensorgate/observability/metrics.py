@@ -116,8 +116,36 @@ class Metrics:
         self.retries = r(
             Counter(
                 "tensorgate_request_retries",
-                "Requests requeued because the instance running them died (each is retried once).",
+                "Requests run again: their instance died (retried once), or the model raised on their batch.",
                 mv,
+            )
+        )
+        self.hedged_batches = r(
+            Counter(
+                "tensorgate_hedged_batches",
+                "Suspect batches whose requests were also sent to another instance (the first answer wins).",
+                mv,
+            )
+        )
+        self.hedge_wins = r(
+            Counter(
+                "tensorgate_hedge_wins",
+                "Hedged requests by the run that answered first: the suspect batch (original) or its copy (hedge).",
+                [*mv, "side"],
+            )
+        )
+        self.suspect_batches = r(
+            Counter(
+                "tensorgate_suspect_batches",
+                "Batches that ran past the pace their instance keeps (hang detection).",
+                [*mv, "instance"],
+            )
+        )
+        self.instance_suspect = r(
+            Gauge(
+                "tensorgate_instance_suspect",
+                "1 while the instance runs a suspect batch (it takes no new work until that batch ends).",
+                [*mv, "instance"],
             )
         )
         self.queue_depth = r(
@@ -363,6 +391,17 @@ class VersionMetrics:
 
     def instance_probe(self, instance: str, ok: bool) -> None:
         self.metrics.instance_probes.labels(self.model, self.version, instance, "ok" if ok else "failed").inc()
+
+    def hedged(self) -> None:
+        self.metrics.hedged_batches.labels(self.model, self.version).inc()
+
+    def hedge_won(self, side: str) -> None:
+        self.metrics.hedge_wins.labels(self.model, self.version, side).inc()
+
+    def instance_suspect(self, instance: str, suspect: bool) -> None:
+        if suspect:
+            self.metrics.suspect_batches.labels(self.model, self.version, instance).inc()
+        self.metrics.instance_suspect.labels(self.model, self.version, instance).set(1 if suspect else 0)
 
     def instance_restart(self, instance: str) -> None:
         self.metrics.instance_restarts.labels(self.model, self.version, instance).inc()

@@ -30,6 +30,9 @@ class Pending:
     # Poison isolation: the request runs only with the others of its part of a batch that failed
     # (its shape key carries the part's number); the key it came with is kept here.
     own_key: tuple[tuple[int, ...], ...] | None = None
+    # The suspect batch (scheduler.RunningBatch) this request was hedged from: a copy of it waits
+    # or runs elsewhere, and the first answer wins.
+    hedge_of: Any = None
     # Its place in a fair queue: the virtual time its tenant's turn starts (queue_order.FairLevel).
     tag: float = 0.0
 
@@ -60,6 +63,7 @@ class Pending:
         self.faults = None
         self.failed_alone = None
         self.own_key = None
+        self.hedge_of = None
         self.tag = 0.0
 
 

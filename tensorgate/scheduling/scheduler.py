@@ -41,6 +41,7 @@ from tensorgate.observability.tracing import NOOP_BATCH, NOOP_TRACER, BatchSpan,
 from tensorgate.scheduling.batch_cost import BatchCost
 from tensorgate.scheduling.batch_policy import BatchSettings, ReleaseReason, decide
 from tensorgate.scheduling.deadline_admission import completion_estimate
+from tensorgate.scheduling.pace import Pace
 from tensorgate.scheduling.pending import Fault, Pending
 from tensorgate.scheduling.request_queue import RETRY_AFTER_S, RequestQueue
 from tensorgate.scheduling.statistics import InferenceStatistics
@@ -69,6 +70,25 @@ def settle(future: asyncio.Future[T] | None, result: T | BaseException) -> None:
         future.set_exception(result)
     else:
         future.set_result(result)
+
+
+class RunningBatch:
+    """One batch on an instance, from dispatch until it ends."""
+
+    __slots__ = ("batch", "done", "ended", "hedged", "instance", "span", "started", "suspect", "timer")
+
+    def __init__(
+        self, instance: Instance, batch: list[Pending], started: float, span: BatchSpan, ended: asyncio.Future[None]
+    ) -> None:
+        self.instance = instance
+        self.batch = batch
+        self.started = started
+        self.span = span
+        self.ended = ended  # done when it ends (``Scheduler.drain`` waits on these)
+        self.timer: asyncio.TimerHandle | None = None  # fires when the batch becomes suspect
+        self.done = False
+        self.suspect = False  # it ran past its instance's pace
+        self.hedged = False  # its requests were sent to another instance too
 
 
 class Scheduler:
@@ -117,6 +137,10 @@ class Scheduler:
         self.batch_cost = BatchCost() if self._adaptive or self._deadline_admission else None
         self.health: HealthMonitor | None = None  # set once the version serves: hears how batches end
         self._parts = itertools.count(1)  # numbers the parts a failed batch is split into
+        # Hang detection (set with the health checks): each instance's pace, and how many batches
+        # in a row each has run past it.
+        self.pace: Pace | None = None
+        self._suspects: dict[Instance, int] = {}
 
     # -- admission -----------------------------------------------------------------------------
 
@@ -378,29 +402,34 @@ class Scheduler:
             for item in live:
                 settle(item.future, InternalError("the scheduler failed; see the server log"))
             return
-        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._running.add(ended)
-        on_done = functools.partial(self._finished, instance, live, self._clock.now(), span, ended)
+        loop = asyncio.get_running_loop()
+        run = RunningBatch(instance, live, self._clock.now(), span, loop.create_future())
+        self._running.add(run.ended)
+        if self.pace is not None:
+            limit = self.pace.suspect_after(instance, sum(p.rows for p in live))
+            if limit is not None:
+                run.timer = loop.call_later(limit, self._suspect, run, limit)
+        on_done = functools.partial(self._finished, run)
         try:
             instance.run_batch([p.request.inputs for p in live], on_done)
         except Exception as exc:  # the batch never started: answer it, and free the instance
             on_done(None, exc)
 
-    def _finished(
-        self,
-        instance: Instance,
-        batch: list[Pending],
-        started: float,
-        span: BatchSpan,
-        ended: asyncio.Future[None],
-        outputs: dict[str, Array] | None,
-        error: BaseException | None,
-    ) -> None:
+    def _finished(self, run: RunningBatch, outputs: dict[str, Array] | None, error: BaseException | None) -> None:
         """A batch ended (on the event loop): answer its requests, or retry or fail them."""
+        instance, batch, started = run.instance, run.batch, run.started
         retry: list[Pending] = []
         released = False
+        run.done = True
+        if run.timer is not None:
+            run.timer.cancel()
+        elif run.suspect:
+            self._metrics.instance_suspect(instance.name, False)
         try:
-            span.end()
+            run.span.end()
+            if error is not None and run.hedged:
+                # Its requests have copies elsewhere: those answer them (or fail them) now.
+                batch = [p for p in batch if not self._left_to_copy(run, p)]
             if isinstance(error, InstanceDied):
                 log.warning("instance %s died running a batch of %d: %s", instance.name, len(batch), error)
                 for item in batch:
@@ -415,7 +444,7 @@ class Scheduler:
                 return
             if isinstance(error, ModelFailed):
                 log.warning("model %s/%s raised on a batch of %d: %s", self.model, self.version, len(batch), error)
-                retry = self._isolate(instance, batch, error)
+                retry = self._isolate(instance, batch, error) if batch else []
                 return
             if error is not None:
                 raise error
@@ -424,7 +453,12 @@ class Scheduler:
                 self._report_health(instance, batch)
             elapsed = self._clock.now() - started
             rows = [p.rows for p in batch]
-            self._record_execution(sum(rows), elapsed, len(batch))
+            total_rows = sum(rows)
+            self._record_execution(total_rows, elapsed, len(batch))
+            if self.pace is not None:
+                self.pace.observe(instance, total_rows, elapsed)
+                if not run.suspect and self._suspects:
+                    self._suspects.pop(instance, None)  # a batch at its pace ends a run of suspect ones
             responses = [
                 self._response(item, own, started, elapsed)
                 for item, own in zip(batch, split_outputs(outputs, rows, self._batch.max_rows > 0), strict=True)
@@ -432,6 +466,9 @@ class Scheduler:
             # The instance takes its next batch before this one's callers wake: their tasks (encode,
             # send) then run while the model computes, instead of the model waiting behind them
             # (profiled with image-sized requests: the instance sat idle ~13 % of the time).
+            for item in batch:
+                if item.hedge_of is not None:
+                    self._answer_hedged(run, item)  # before the release: its queued copy must not run
             released = True
             self._release(instance, retry)
             for item, response in zip(batch, responses, strict=True):
@@ -446,8 +483,70 @@ class Scheduler:
         finally:
             if not released:
                 self._release(instance, retry)
-            self._running.discard(ended)
-            ended.set_result(None)
+            self._running.discard(run.ended)
+            run.ended.set_result(None)
+
+    # -- hang detection: a batch past its instance's pace is hedged --------------------------------
+
+    def _suspect(self, run: RunningBatch, limit: float) -> None:
+        """``run`` has outlasted what its instance's pace allows: send its requests to another
+        instance too (the first answer wins), and take out an instance that does this twice in a row.
+
+        The instance keeps the batch (a hung model cannot be interrupted mid-call; a slow one may
+        still answer first) and, being busy, takes no new work until it ends or reaches the hard
+        cap (``batch_timeout_s``), where the instance's own watch fails it as hung.
+        """
+        run.timer = None
+        if run.done or self._closed:
+            return
+        instance = run.instance
+        run.suspect = True
+        self._metrics.instance_suspect(instance.name, True)
+        streak = self._suspects[instance] = self._suspects.get(instance, 0) + 1
+        copies = [p for p in run.batch if p.future is not None and not p.future.done() and p.hedge_of is None]
+        others = self._pool.available_count() - (1 if instance.available else 0)
+        hedge = bool(copies) and others > 0
+        log.warning(
+            "instance %s of %s/%s has run a batch of %d for over %.2f s, past its pace%s",
+            instance.name,
+            self.model,
+            self.version,
+            len(run.batch),
+            limit,
+            ": sending its requests to another instance as well" if hedge else "",
+        )
+        if hedge:
+            run.hedged = True
+            self._metrics.hedged()
+            for item in reversed(copies):
+                item.hedge_of = run
+                item.failed_on = instance
+                self._queue.requeue_front(item)
+        if streak >= 2 and self.health is not None:
+            del self._suspects[instance]
+            self.health.batch_failed(instance, InstanceDied(f"{streak} batches in a row ran past its pace"))
+        if hedge:
+            self._pump()
+
+    def _left_to_copy(self, run: RunningBatch, item: Pending) -> bool:
+        """A run of hedged ``item`` failed: is another run of it (still) to answer it?"""
+        original = item.hedge_of
+        if item.future is None or item.future.done():
+            return True  # answered already
+        if original is None:
+            return False
+        if original is run:
+            return True  # the suspect batch failed: its copy (queued or running) answers
+        item.hedge_of = None  # the copy failed: the suspect batch, if still running, is its last run
+        return not original.done
+
+    def _answer_hedged(self, run: RunningBatch, item: Pending) -> None:
+        """``run`` answers a hedged request: count which side won, and drop a copy still queued."""
+        if item.future is None or item.future.done():
+            return
+        self._metrics.hedge_won("original" if item.hedge_of is run else "hedge")
+        if self._queue.remove(item):
+            self._publish_depth()
 
     def _isolate(self, instance: Instance, batch: list[Pending], error: ModelFailed) -> list[Pending]:
         """The model raised on a batch: which of its requests does the model itself refuse?

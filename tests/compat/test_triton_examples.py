@@ -361,9 +361,11 @@ def test_grpc_explicit_content_clients(triton_server: ServerProcess) -> None:
         answer = stub.ModelInfer(_raw_request("simple", "INT32", "int_contents", list(range(16))))
         assert len(answer.raw_output_contents) == 2
         np.testing.assert_array_equal(np.frombuffer(answer.raw_output_contents[0], np.int32), np.arange(16) * 2)
-        # contents and raw_input_contents together: the message the example looks for
+        # contents and raw_input_contents together: the message the example looks for. As the
+        # example sends it: one raw entry for two inputs, so the contents must be named before
+        # the count of raw entries is checked.
         both = _raw_request("simple", "INT32", "int_contents", list(range(16)))
-        both.raw_input_contents.extend([np.arange(16, dtype=np.int32).tobytes()] * 2)
+        both.raw_input_contents.extend([np.arange(8, dtype=np.int32).tobytes()])
         with pytest.raises(grpc.RpcError) as caught:
             stub.ModelInfer(both)
         assert (

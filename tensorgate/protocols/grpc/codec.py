@@ -87,7 +87,16 @@ def decode_infer(
         raw = list(message.raw_input_contents)
     use = shared if shared is not None else NO_SHARED_MEMORY
     if raw:
-        carried = count - sum(1 for t in message.inputs if uses_shared_memory(t.parameters))
+        carried = 0
+        for tensor in message.inputs:
+            if uses_shared_memory(tensor.parameters):
+                continue
+            carried += 1
+            if tensor.HasField("contents"):  # named before the count, as Triton does
+                raise InvalidInput(
+                    f"contents field must not be specified when using raw_input_contents for '{tensor.name}' "
+                    f"for model '{name}'"
+                )
         if len(raw) != carried:
             raise InvalidInput(
                 f"raw_input_contents holds {len(raw)} entries but the request has {carried} inputs outside "
@@ -112,11 +121,6 @@ def decode_infer(
                 )
             inputs[input_name] = use.read(parameters(tensor.parameters), datatype, shape, elements, input_name)
         elif raw:
-            if tensor.HasField("contents"):
-                raise InvalidInput(
-                    f"contents field must not be specified when using raw_input_contents for '{input_name}' "
-                    f"for model '{name}'"
-                )
             inputs[input_name] = from_raw(raw[next_raw], datatype, shape, elements, input_name)
             next_raw += 1
         else:

@@ -118,7 +118,10 @@ def test_outputs_that_break_the_declaration_fail_with_a_message_naming_them(
 @pytest.mark.parametrize(
     ("code", "message"),
     [
-        ("x = 1\n", "must define exactly one tensorgate.PythonModel subclass, found 0"),
+        (
+            "x = 1\n",
+            "must define exactly one tensorgate.PythonModel subclass (or a Triton TritonPythonModel class), found 0",
+        ),
         ("class A(PythonModel):\n    pass\n\nclass B(PythonModel):\n    pass\n", "found 2"),
         ("raise ImportError('no such wheel')\n", "model.py raised on import: ImportError: no such wheel"),
         (
