@@ -31,12 +31,13 @@ class Load:
     clients: int = 16
     body: dict[str, Any] = field(default_factory=dict)
     headers: Callable[[int, int], dict[str, str]] | None = None  # (client, n) -> headers
+    timeout_s: float = 30.0  # each request's, at the client: one that runs out is a failure (status 0)
     answers: list[Answer] = field(default_factory=list)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def __aenter__(self) -> Load:
-        self._client = httpx.AsyncClient(timeout=30.0, limits=httpx.Limits(max_connections=self.clients))
+        self._client = httpx.AsyncClient(timeout=self.timeout_s, limits=httpx.Limits(max_connections=self.clients))
         self._tasks = [asyncio.create_task(self._run(i)) for i in range(self.clients)]
         return self
 

@@ -195,7 +195,8 @@ def write_admin_keys(directory: Path, *keys: str) -> Path:
 # Fault injection: the instance named ``bad_instance`` (model_version_index) goes bad while the
 # file ``marker`` exists, whatever its restarts, or (``after_calls: N``) once it has run N batches
 # (probes included) since it was loaded: a restart loads it afresh, so it serves N more and goes
-# bad again. Bad, it raises ("fail", a device error), blocks ("hang"), or answers NaN ("nan").
+# bad again. Bad, it raises ("fail", a device error), blocks ("hang", 60 s or ``hang_s`` per call),
+# or answers NaN ("nan").
 # Every other instance, and this one while good, answers INPUT + 1. Any instance raises on an input
 # below -1e6 (the input's fault, not the device's). A test creates the marker to break one instance
 # under load and removes it to heal it.
@@ -217,6 +218,7 @@ class Faulty(PythonModel):
         self.calls = 0
         self.fault = params.get("fault", "fail")
         self.delay = float(params.get("delay_ms", 0)) / 1000.0
+        self.hang_s = float(params.get("hang_s", 60))
 
     def broken(self):
         if self.marker is not None and os.path.exists(self.marker):
@@ -234,7 +236,7 @@ class Faulty(PythonModel):
             if self.fault == "fail":
                 raise RuntimeError("device error: the accelerator stopped answering")
             if self.fault == "hang":
-                time.sleep(60)
+                time.sleep(self.hang_s)
             if self.fault == "nan":
                 return {"OUTPUT": np.full(x.shape, np.nan, dtype=np.float32)}
         return {"OUTPUT": (x + 1.0).astype(np.float32)}
@@ -253,11 +255,19 @@ def write_faulty_model(
     isolation: str = "thread",
     health_check: dict[str, Any] | None = None,
     delay_ms: float = 2.0,
+    hang_s: float = 60.0,
+    default_checks: bool = False,
 ) -> Path:
     """A FAULTY_MODEL model with ``count`` instances, instance ``bad_index`` the one that goes bad:
-    while ``marker`` exists, and/or after ``after_calls`` batches of its own."""
+    while ``marker`` exists, and/or after ``after_calls`` batches of its own. Its health checks are
+    quick ones for tests, or (``default_checks``) the server's defaults, untouched."""
     checks = {"interval_s": 0.2, "timeout_s": 0.5, "failure_threshold": 3, "batch_timeout_s": 1.0}
-    parameters: dict[str, Any] = {"bad_instance": f"{name}_1_{bad_index}", "fault": fault, "delay_ms": delay_ms}
+    parameters: dict[str, Any] = {
+        "bad_instance": f"{name}_1_{bad_index}",
+        "fault": fault,
+        "delay_ms": delay_ms,
+        "hang_s": hang_s,
+    }
     if marker is not None:
         parameters["marker"] = str(marker)
     if after_calls is not None:
@@ -268,7 +278,7 @@ def write_faulty_model(
         code=FAULTY_MODEL,
         parameters=parameters,
         instance_group=[{"count": count, "kind": "cpu", "isolation": isolation}],
-        health_check={**checks, **(health_check or {})},
+        **({} if default_checks else {"health_check": {**checks, **(health_check or {})}}),
         dynamic_batching={"max_queue_delay_ms": 1},
     )
 

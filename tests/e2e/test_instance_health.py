@@ -96,6 +96,43 @@ async def test_one_bad_instance_of_four_leaves_and_rejoins_with_no_failed_reques
         _left_and_rejoined(server, error)
 
 
+async def test_a_hung_instance_costs_no_client_a_timeout_with_default_settings(tmp_path: Path) -> None:
+    """Four worker processes of a millisecond model, health checks as the server ships them; one
+    instance starts sleeping 20 s per call under six clients with a 15 s timeout. Its batches run
+    past its pace within a second and are answered by the others (hedged); its second such batch
+    in a row takes it out, and it is restarted and rejoins once it heals. No client times out, and
+    every answer is the model's."""
+    marker = tmp_path / "broken"
+    write_faulty_model(
+        tmp_path / "models", "m", marker, fault="hang", isolation="process", hang_s=20.0, default_checks=True
+    )
+    with ServerProcess("--model-repository", str(tmp_path / "models"), "--no-access-log") as server:
+        healthy = _instance_metric(server, "tensorgate_instance_healthy")
+        async with Load(
+            f"{server.url}/v2/models/m/infer", clients=6, body=v2_body([[1, 2, 3, 4]]), timeout_s=15.0
+        ) as load:
+            await load.until(lambda a: len(a) >= 300)  # each instance learns its pace
+            marker.touch()  # its next batch hangs
+            await _until(lambda: _equals(healthy, 0.0), timeout_s=90)
+            marker.unlink()
+            await _until(lambda: _equals(healthy, 1.0), timeout_s=60)
+            mark = len(load.answers)
+            await load.until(lambda a, m=mark: len(a) >= m + 200)
+        assert load.failures() == [], load.failures()[:3]
+        assert all(a.computed_by == 2.0 for a in load.answers)
+        assert max(a.received - a.sent for a in load.answers) < 15.0
+        hedged, won, suspect = [
+            await asyncio.to_thread(metric, server.metrics_url, name, model="m", **labels)
+            for name, labels in (
+                ("tensorgate_hedged_batches_total", {}),
+                ("tensorgate_hedge_wins_total", {"side": "hedge"}),
+                ("tensorgate_suspect_batches_total", {"instance": BAD}),
+            )
+        ]
+        assert hedged >= 2 and won >= 2 and suspect >= 2, (hedged, won, suspect)
+        _left_and_rejoined(server, "batches in a row ran past its pace")
+
+
 async def test_an_instance_that_goes_bad_after_n_calls_leaves_and_rejoins_each_time(tmp_path: Path) -> None:
     """No marker: the instance fails from its 151st call on. Its restart loads it afresh, so it
     serves 150 more calls and goes bad again: two restarts show the whole cycle twice over."""
