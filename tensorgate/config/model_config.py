@@ -251,6 +251,15 @@ class TrafficConfig(Strict):
         return self
 
 
+class ModelTransactionPolicy(Strict):
+    """Triton's ``model_transaction_policy``: ``decoupled: true`` lets the model send zero, one or many
+    responses per request, each through a response sender, from ``execute`` or from a thread it starts
+    (docs/model-repository.md#decoupled-models). Served over gRPC ``ModelStreamInfer`` and HTTP
+    ``generate_stream``; the unary calls refuse such a model."""
+
+    decoupled: bool = False
+
+
 class ModelConfig(Strict):
     """Everything optional: an ONNX model directory with no config.yaml serves with these defaults."""
 
@@ -274,6 +283,7 @@ class ModelConfig(Strict):
     # resident: loaded at startup and kept; on_demand: loaded on its first request and evicted when
     # idle and the memory budget needs room (docs/model-residency.md). None: server.default_residency.
     model_residency: Literal["resident", "on_demand"] | None = None
+    model_transaction_policy: ModelTransactionPolicy = Field(default_factory=ModelTransactionPolicy)
 
     @model_validator(mode="after")
     def _pipeline(self) -> ModelConfig:
@@ -305,6 +315,18 @@ class ModelConfig(Strict):
                 "response_cache cannot be enabled for the llm backend: generation samples, so equal "
                 "requests may rightly get different answers"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _decoupled(self) -> ModelConfig:
+        if not self.model_transaction_policy.decoupled:
+            return self
+        if self.backend not in (None, "python"):
+            raise ValueError(
+                f"model_transaction_policy decoupled is for Python models (backend: python), not {self.backend}"
+            )
+        if self.response_cache.enable:
+            raise ValueError("response_cache cannot be enabled for a decoupled model: it answers with a stream")
         return self
 
     @model_validator(mode="after")

@@ -4,9 +4,9 @@ A repository made for Triton is served as it is: where a model directory has no 
 its ``config.pbtxt`` is read and each key mapped onto the same setting here (``max_batch_size``,
 ``input``/``output`` with ``dims``, ``dynamic_batching`` and its queue policy, ``instance_group``,
 ``version_policy``, ``model_warmup``, ``parameters``, ``response_cache``, ``ensemble_scheduling``
-as a pipeline). A key this server does not apply is refused with its path named, every one of them
-at once, never ignored: a model that silently lost a setting would serve differently than its
-owner expects.
+as a pipeline, ``model_transaction_policy`` for decoupled models). A key this server does not
+apply is refused with its path named, every one of them at once, never ignored: a model that
+silently lost a setting would serve differently than its owner expects.
 
 The text format is read by a small parser of its own (tokens, nested messages, lists), which keeps
 what it reads as plain lists per field; the mapping below knows which fields repeat.
@@ -226,7 +226,7 @@ def triton_config(text: str, source: str) -> dict[str, Any]:
 def _model(message: Message, m: _Mapping) -> dict[str, Any]:
     used = {"name", "platform", "backend", "max_batch_size", "input", "output", "dynamic_batching"}
     used |= {"instance_group", "version_policy", "model_warmup", "parameters", "response_cache"}
-    used |= {"ensemble_scheduling", "default_model_filename"}
+    used |= {"ensemble_scheduling", "default_model_filename", "model_transaction_policy"}
     document: dict[str, Any] = {}
     name = m.one(message, "name", "")
     if name is not None:
@@ -267,11 +267,25 @@ def _model(message: Message, m: _Mapping) -> dict[str, Any]:
     if cache is not None:
         m.rest(cache, {"enable"}, "response_cache.")
         document["response_cache"] = {"enable": bool(m.one(cache, "enable", "response_cache."))}
+    policy = m.one(message, "model_transaction_policy", "")
+    if policy is not None:
+        document["model_transaction_policy"] = _transaction_policy(policy, m)
     ensemble = m.one(message, "ensemble_scheduling", "")
     if ensemble is not None:
         document["steps"] = _ensemble(ensemble, m)
     m.rest(message, used, "")
     return document
+
+
+def _transaction_policy(message: Message, m: _Mapping) -> dict[str, Any]:
+    """``model_transaction_policy { decoupled: true }``: any number of responses per request."""
+    where = "model_transaction_policy."
+    m.rest(message, {"decoupled"}, where)
+    decoupled = m.one(message, "decoupled", where)
+    if decoupled is not None and not isinstance(decoupled, bool):
+        m.problems.append(f"{where}decoupled {decoupled!r} is not true or false")
+        decoupled = False
+    return {"decoupled": bool(decoupled)}
 
 
 def _datatype(value: Any, where: str, m: _Mapping) -> str:

@@ -131,7 +131,7 @@ def test_an_ensemble_is_a_pipeline() -> None:
 def test_every_key_not_applied_is_named_at_once() -> None:
     text = (
         SIMPLE
-        + "optimization { graph { level: 1 } } model_transaction_policy { decoupled: True } "
+        + "optimization { graph { level: 1 } } model_transaction_policy { decoupled: True other: 1 } "
         + "dynamic_batching { priority_queue_policy { key: 1 value: { max_queue_size: 4 } } } "
         + 'instance_group [ { kind: KIND_MODEL host_policy: "x" } ] '
         + 'input [ { name: "IMG" data_type: TYPE_FP32 dims: [ 3 ] format: FORMAT_NCHW reshape: { shape: [ 3 ] } } ]'
@@ -141,7 +141,7 @@ def test_every_key_not_applied_is_named_at_once() -> None:
     message = str(caught.value)
     for key in (
         "optimization",
-        "model_transaction_policy",
+        "model_transaction_policy.other",
         "dynamic_batching.priority_queue_policy",
         "instance_group[0].kind KIND_MODEL",
         "instance_group[0].host_policy",
@@ -157,3 +157,48 @@ def test_unknown_platform_and_duplicate_scalars() -> None:
         triton_config('name: "x" platform: "tensorflow_graphdef"', "m/config.pbtxt")
     with pytest.raises(ConfigError, match="max_batch_size is given 2 times"):
         triton_config("max_batch_size: 1 max_batch_size: 2", "m/config.pbtxt")
+
+
+REPEAT = """
+# python_backend's examples/decoupled/repeat_config.pbtxt
+name: "repeat_int32"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy {
+  decoupled: True
+}
+input [
+  { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
+  { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+  { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+output [
+  { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+"""
+
+
+def test_a_decoupled_model_is_applied() -> None:
+    config = _config(REPEAT)
+    assert config.model_transaction_policy.decoupled
+    assert not _config(SIMPLE).model_transaction_policy.decoupled
+    assert not _config(REPEAT.replace("True", "false")).model_transaction_policy.decoupled
+
+
+def test_a_transaction_policy_that_is_not_a_flag_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"model_transaction_policy\.decoupled 'maybe' is not true or false"):
+        triton_config(REPEAT.replace("True", '"maybe"'), "m/config.pbtxt")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('platform: "onnxruntime_onnx"', "decoupled is for Python models"),
+        ("response_cache { enable: true }", "response_cache cannot be enabled for a decoupled model"),
+    ],
+)
+def test_decoupled_needs_a_python_model_without_a_cache(extra: str, message: str) -> None:
+    text = REPEAT.replace('backend: "python"', "") + extra
+    with pytest.raises(ConfigError, match=message):
+        _config(text)
