@@ -7,10 +7,10 @@ A backend never sees HTTP, queues or threads. The instance that owns it calls ``
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from tensorgate.config.model_config import ModelConfig, TensorConfig
 from tensorgate.errors import ModelLoadError
@@ -41,6 +41,17 @@ class LoadSpec:
     instance: str = ""  # the instance's name (model_version_index), for logs and Python models
 
 
+class ResponseSink(Protocol):
+    """Where one request's responses go when its model is decoupled; the instance supplies one per
+    request. Both methods may be called from any thread, also after ``execute_decoupled`` returned."""
+
+    def send(self, outputs: Mapping[str, Array] | None, error: str | None, final: bool) -> None:
+        """One response (``outputs``), an error response, the final flag, or a response with it."""
+
+    def is_cancelled(self) -> bool:
+        """True once the request is cancelled (the client left, its deadline passed)."""
+
+
 class Backend(abc.ABC):
     """A model runtime behind one interface. Implementations live one per module in ``backends/``."""
 
@@ -61,6 +72,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         """Run one batch. Called from one thread at a time; may block; raises on model failure."""
+
+    def execute_decoupled(self, parts: Sequence[Mapping[str, Array]], sinks: Sequence[ResponseSink]) -> None:
+        """Run one batch of a decoupled model: each request's inputs (``parts``) with the sink its
+        responses go to. Returns when the model's execute returns (the instance then takes its next
+        batch); responses may still follow from threads the model started. Called like ``execute``:
+        from one thread, one batch at a time; raises on model failure."""
+        raise NotImplementedError(f"the {self.platform} backend does not serve decoupled models")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends have nothing to free
         """Free the model. Called once, after the last ``execute``."""

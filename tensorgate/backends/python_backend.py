@@ -6,13 +6,13 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from tensorgate.backends import triton_python
-from tensorgate.backends.base import Backend, LoadSpec, declared_specs
-from tensorgate.backends.python_model import ModelContext, PythonModel
+from tensorgate.backends.base import Backend, LoadSpec, ResponseSink, declared_specs
+from tensorgate.backends.python_model import ModelContext, PythonModel, ResponseSender
 from tensorgate.errors import ModelLoadError
 from tensorgate.types import Array, DataType, TensorSpec
 
@@ -24,6 +24,7 @@ class PythonBackend(Backend):
         self._model: PythonModel | None = None
         self._inputs: tuple[TensorSpec, ...] = ()
         self._outputs: tuple[TensorSpec, ...] = ()
+        self._decoupled = False
 
     def load(self, spec: LoadSpec) -> None:
         self._inputs = declared_specs(spec.config.inputs, "inputs", spec, "a Python model")
@@ -61,6 +62,16 @@ class PythonBackend(Backend):
             )
         else:
             model = classes[0]()
+        self._decoupled = spec.config.model_transaction_policy.decoupled
+        if (
+            self._decoupled
+            and not isinstance(model, triton_python.TritonModel)
+            and type(model).execute_decoupled is PythonModel.execute_decoupled
+        ):
+            raise ModelLoadError(
+                f"{type(model).__name__} is configured decoupled (model_transaction_policy) but does not "
+                "implement execute_decoupled(inputs, sender)"
+            )
         context = ModelContext(
             name=spec.model,
             version=spec.version,
@@ -87,6 +98,33 @@ class PythonBackend(Backend):
         if not isinstance(results, Mapping):
             raise TypeError(f"execute returned {type(results).__name__}, not a dict of output arrays")
         return {spec.name: _declared(spec, results) for spec in self._outputs}
+
+    def execute_decoupled(self, parts: Sequence[Mapping[str, Array]], sinks: Sequence[ResponseSink]) -> None:
+        assert self._model is not None, "execute before load"
+        if not self._decoupled:
+            raise TypeError("the model is not configured decoupled (model_transaction_policy)")
+        senders = [ResponseSender(sink, self._checked) for sink in sinks]
+        try:
+            if isinstance(self._model, triton_python.TritonModel):
+                self._model.execute_requests(parts, senders)  # Triton's execute takes the batch's requests at once
+            else:
+                for inputs, sender in zip(parts, senders, strict=True):
+                    self._model.execute_decoupled(inputs, sender)
+        except BaseException:
+            for sender in senders:  # answered with the error: the model's threads cannot add to it
+                sender.close_after_failure()
+            raise
+
+    def _checked(self, outputs: Mapping[str, object]) -> dict[str, Array]:
+        """One response of a decoupled model: each output it carries is declared and of its datatype
+        (a response may carry some of the outputs, as Triton's may)."""
+        if not isinstance(outputs, Mapping):
+            raise TypeError(f"outputs must be a dict of arrays by output name, not {type(outputs).__name__}")
+        declared = {spec.name: spec for spec in self._outputs}
+        unknown = sorted(str(name) for name in outputs if name not in declared)
+        if unknown:
+            raise ValueError(f"the response carries output(s) {unknown} that the model does not declare")
+        return {name: _declared(declared[name], outputs) for name in declared if name in outputs}
 
     def close(self) -> None:
         if self._model is not None:

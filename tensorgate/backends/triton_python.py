@@ -9,6 +9,10 @@ behaviour. :class:`TritonModel` adapts such a class to :class:`~tensorgate.Pytho
 ``args`` of ``initialize``, then one ``InferenceRequest`` per batch the scheduler forms (its inputs
 are the batch's rows, so a model that handles each request's rows as a batch, as Triton's examples
 do, answers every request), and ``finalize`` at unload.
+
+A decoupled model (``model_transaction_policy { decoupled: true }``) gets the batch's requests each
+as its own ``InferenceRequest``, with ``get_response_sender()`` and ``is_cancelled()``; its
+``execute`` returns None and it answers through the senders, as in Triton.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorgate.backends.python_model import ModelContext, PythonModel
+from tensorgate.backends.python_model import ModelContext, PythonModel, ResponseSender
 from tensorgate.config.model_config import ModelConfig
 from tensorgate.types import Array, DataType
 
@@ -118,6 +122,8 @@ class InferenceRequest:
         flags: int = 0,
         timeout: int = 0,
         parameters: Mapping[str, Any] | str | None = None,
+        *,
+        sender: ResponseSender | None = None,
     ) -> None:
         if not isinstance(correlation_id, int | str):
             raise TritonModelException("Correlation ID must be integer or string")
@@ -130,6 +136,7 @@ class InferenceRequest:
         self._flags = flags
         self._timeout = timeout
         self._parameters = parameters if isinstance(parameters, str) else json.dumps(dict(parameters or {}))
+        self._sender = None if sender is None else InferenceResponseSender(sender)
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -154,7 +161,16 @@ class InferenceRequest:
         return self._requested
 
     def is_cancelled(self) -> bool:
-        return False
+        """True once the client went away or the request's deadline passed (a decoupled model's)."""
+        return self._sender is not None and self._sender.is_cancelled()
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        """The sender a decoupled model answers this request through."""
+        if self._sender is None:
+            raise TritonModelException(
+                "get_response_sender() is for decoupled models: set model_transaction_policy { decoupled: true }"
+            )
+        return self._sender
 
     def model_name(self) -> str:
         return self._model_name
@@ -191,6 +207,36 @@ class InferenceResponse:
         return self._parameters
 
 
+class InferenceResponseSender:
+    """Triton's response sender: ``send(response=None, flags=0)``, ``is_cancelled()``."""
+
+    def __init__(self, sender: ResponseSender) -> None:
+        self._sender = sender
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if response is None and flags == 0:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
+        if self._sender.closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(f"send takes an InferenceResponse, not {type(response).__name__}")
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        outputs = None if response is None else {t.name(): t.as_numpy() for t in response.output_tensors()}
+        problem = None if response is None else response.error()
+        error = None if problem is None else problem.message()
+        try:
+            self._sender.send(outputs, error=error, final=final)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TritonModelException(f"Unable to send response. {exc}") from exc
+
+    def is_cancelled(self) -> bool:
+        return self._sender.is_cancelled()
+
+
 def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None:
     return next((t for t in request.inputs() if t.name() == name), None)
 
@@ -205,6 +251,11 @@ def get_input_config_by_name(model_config: Mapping[str, Any], name: str) -> dict
 
 def get_output_config_by_name(model_config: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     return next((dict(c) for c in model_config.get("output", []) if c.get("name") == name), None)
+
+
+def using_decoupled_model_transaction_policy(model_config: Mapping[str, Any]) -> bool:
+    """Whether ``model_config`` (``args["model_config"]``, parsed) makes the model decoupled."""
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
 
 
 def triton_string_to_numpy(triton_type_string: str) -> Any:
@@ -245,6 +296,7 @@ def model_config_json(config: ModelConfig, name: str, instances: int) -> dict[st
         "output": tensors(config.outputs),
         "instance_group": [{"kind": "KIND_CPU", "count": instances}],
         "parameters": {key: {"string_value": str(value)} for key, value in config.parameters.items()},
+        "model_transaction_policy": {"decoupled": config.model_transaction_policy.decoupled},
     }
     if config.dynamic_batching is not None:
         document["dynamic_batching"] = {}
@@ -296,6 +348,23 @@ class TritonModel(PythonModel):
         if error is not None:
             raise TritonModelException(error.message())
         return {tensor.name(): tensor.as_numpy() for tensor in response.output_tensors()}
+
+    def execute_requests(self, parts: Sequence[Mapping[str, Array]], senders: Sequence[ResponseSender]) -> None:
+        """A decoupled model's batch: one request per part, each with its sender; execute returns None."""
+        requests = [
+            InferenceRequest(
+                inputs=[Tensor(name, array) for name, array in inputs.items()],
+                requested_output_names=self._outputs,
+                model_name=self._name,
+                model_version=self._version,
+                sender=sender,
+            )
+            for inputs, sender in zip(parts, senders, strict=True)
+        ]
+        if self._model.execute(requests) is not None:
+            raise TritonModelException(
+                f"Python model '{self._name}' is using the decoupled mode and the execute function must return None."
+            )
 
     def unload(self) -> None:
         finalize = getattr(self._model, "finalize", None)
