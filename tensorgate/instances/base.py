@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any
 
 from tensorgate.backends.base import Device
+from tensorgate.decoupled import ResponseChannel
 from tensorgate.instances.batch_tensors import merge_inputs
 from tensorgate.types import Array, TensorSpec
 
@@ -53,6 +55,8 @@ class Instance(abc.ABC):
         self._batches: set[asyncio.Task[dict[str, Array]]] = set()  # referenced until done
         # Taken out of rotation by its health checks (instances/health.py), alive or not.
         self.ejected = False
+        # The model answers each request with any number of responses (run_decoupled), not one.
+        self.decoupled = False
 
     @property
     def pid(self) -> int | None:
@@ -80,7 +84,25 @@ class Instance(abc.ABC):
         worker thread overrides it to merge on that thread and report in one event-loop callback,
         because every loop turn between two batches is time the device sits idle.
         """
-        task = asyncio.get_running_loop().create_task(self._execute_parts(parts))
+        self._run_task(self._execute_parts(parts), on_done)
+
+    def run_decoupled(
+        self, parts: Sequence[Mapping[str, Array]], channels: Sequence[ResponseChannel], on_done: BatchDone
+    ) -> None:
+        """Start one batch of a decoupled model: each request's inputs, and the channel its responses go to.
+
+        ``on_done`` reports the model's execute returning (``({}, None)``: the instance is free for
+        its next batch) or failing; the responses travel through the channels, also after it.
+        """
+        self._run_task(self._execute_decoupled(parts, channels), on_done)
+
+    async def _execute_decoupled(
+        self, parts: Sequence[Mapping[str, Array]], channels: Sequence[ResponseChannel]
+    ) -> dict[str, Array]:
+        raise ModelFailed(f"instance {self.name} does not run decoupled models")
+
+    def _run_task(self, work: Coroutine[Any, Any, dict[str, Array]], on_done: BatchDone) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._batches.add(task)
 
         def report(done: asyncio.Task[dict[str, Array]]) -> None:
@@ -97,6 +119,35 @@ class Instance(abc.ABC):
     async def _execute_parts(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
         """The batch the parts make; an instance that can merge them on the way to its device overrides it."""
         return await self.execute(merge_inputs(parts))
+
+    async def first_response(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        """``execute`` for a decoupled model (a warm-up, a health probe): ``inputs`` as one request,
+        until its final flag; its first response's outputs (none when it sent none). Raises
+        ModelFailed for an error the model sent, as for one it raised."""
+        loop = asyncio.get_running_loop()
+        channel = ResponseChannel()
+        returned: asyncio.Future[None] = loop.create_future()
+
+        def done(outputs: dict[str, Array] | None, error: BaseException | None) -> None:
+            if returned.done():
+                return
+            if error is not None:
+                returned.set_exception(error)
+            else:
+                returned.set_result(None)
+
+        self.run_decoupled([inputs], [channel], done)
+        try:
+            await returned
+            first: dict[str, Array] | None = None
+            while (event := await channel.next()) is not None:
+                if event.error is not None:
+                    raise ModelFailed(event.error.message)
+                if first is None and event.outputs is not None:
+                    first = dict(event.outputs)
+            return first or {}
+        finally:
+            channel.cancel()  # a probe that timed out: the model is told, and what it sends is dropped
 
     @property
     @abc.abstractmethod

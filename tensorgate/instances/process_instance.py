@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -21,7 +22,8 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from tensorgate.backends.base import LoadSpec
-from tensorgate.errors import ModelLoadError
+from tensorgate.decoupled import ResponseChannel, StreamEvent
+from tensorgate.errors import InternalError, ModelLoadError, TensorgateError
 from tensorgate.instances.base import Instance, InstanceDied, ModelFailed
 from tensorgate.instances.wire import (
     HEADER,
@@ -50,6 +52,12 @@ def _specs(raw: object) -> tuple[TensorSpec, ...]:
     return tuple(TensorSpec(str(s["name"]), DataType.parse(s["datatype"]), tuple(s["shape"])) for s in raw)
 
 
+def _rows(part: Mapping[str, Array]) -> int:
+    """A request's rows on the batch axis (the worker splits a decoupled batch back by them)."""
+    first = next(iter(part.values()), None)
+    return 1 if first is None or first.ndim == 0 else int(first.shape[0])
+
+
 class ProcessInstance(Instance):
     def __init__(self, name: str, backend: str, spec: LoadSpec, cpus: frozenset[int] | None = None) -> None:
         super().__init__(name, spec.device)
@@ -71,6 +79,9 @@ class ProcessInstance(Instance):
         self._watch: asyncio.Task[None] | None = None
         self._restart_task: asyncio.Task[None] | None = None
         self._hung_after_s = spec.config.health_check.batch_timeout_s
+        self.decoupled = spec.config.model_transaction_policy.decoupled
+        # A decoupled model's requests whose responses may still come: (batch seq, index) -> channel.
+        self._streams: dict[tuple[int, int], ResponseChannel] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -205,6 +216,8 @@ class ProcessInstance(Instance):
         return self._outputs_spec
 
     async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        if self.decoupled:
+            return await self.first_response(inputs)
         return await self._execute_parts([inputs])
 
     async def _execute_parts(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
@@ -213,9 +226,45 @@ class ProcessInstance(Instance):
             raise InstanceDied(f"worker {self.name} is not running")
         self._seq = (self._seq + 1) & 0xFFFFFFFF
         described = write_batch(self._inputs, parts)
+        frame = await self._exchange({"tensors": described})
+        if frame.kind is not Kind.RESULT:
+            raise InstanceDied(f"worker {self.name} answered out of turn")
+        assert self._outputs is not None
+        self._outputs.ensure(frame.region_size, grow_file=False)
+        return read_tensors(self._outputs, frame.meta.get("tensors"), copy=True)
+
+    async def _execute_decoupled(
+        self, parts: Sequence[Mapping[str, Array]], channels: Sequence[ResponseChannel]
+    ) -> dict[str, Array]:
+        """A decoupled model's batch: each request's responses come as RESPONSE frames (read by the
+        watch, in :meth:`_response`), now or after the worker reports the execute returned (DONE)."""
+        if not self._running or self._writer is None or self._inputs is None or self._outputs is None:
+            raise InstanceDied(f"worker {self.name} is not running")
+        self._seq = seq = (self._seq + 1) & 0xFFFFFFFF
+        described = write_batch(self._inputs, parts)
+        for index, channel in enumerate(channels):
+            key = (seq, index)
+            self._streams[key] = channel
+            channel.on_cancel(functools.partial(self._cancel, key))
+            channel.on_end(functools.partial(self._forget, key))
+        rows = [_rows(part) for part in parts]
+        try:
+            frame = await self._exchange({"tensors": described, "rows": rows, "decoupled": True})
+        except BaseException:
+            for index in range(len(channels)):  # the scheduler answers them (a retry, or the error)
+                self._streams.pop((seq, index), None)
+            raise
+        if frame.kind is not Kind.DONE:
+            raise InstanceDied(f"worker {self.name} answered out of turn")
+        return {}
+
+    async def _exchange(self, meta: dict[str, object]) -> Frame:
+        """Send the batch described by ``meta`` (its inputs are in the region) and wait for its answer:
+        RESULT or DONE. Raises ModelFailed for the model's error, InstanceDied for a hang or death."""
+        assert self._writer is not None and self._inputs is not None
         future: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         self._pending = future
-        self._writer.write(encode_frame(Kind.EXECUTE, self._seq, self._inputs.size, {"tensors": described}))
+        self._writer.write(encode_frame(Kind.EXECUTE, self._seq, self._inputs.size, meta))
         try:
             frame = await asyncio.wait_for(asyncio.shield(future), self._hung_after_s)
         except TimeoutError:
@@ -228,10 +277,51 @@ class ProcessInstance(Instance):
             self._pending = None
         if frame.kind is Kind.ERROR:
             raise ModelFailed(str(frame.meta.get("error", "model error")))
-        if frame.kind is not Kind.RESULT or frame.seq != self._seq:
+        if frame.seq != self._seq:
             raise InstanceDied(f"worker {self.name} answered out of turn")
-        self._outputs.ensure(frame.region_size, grow_file=False)
-        return read_tensors(self._outputs, frame.meta.get("tensors"), copy=True)
+        return frame
+
+    def _response(self, frame: Frame) -> None:
+        """One RESPONSE of a decoupled model: its outputs copied out of the region, the worker told it
+        may reuse the region, the event handed to the request's channel (dropped when it has ended)."""
+        index = frame.meta.get("request")
+        key = (frame.seq, index if isinstance(index, int) else -1)
+        channel = self._streams.get(key)
+        outputs = None
+        described = frame.meta.get("tensors")
+        if channel is not None and described:
+            assert self._outputs is not None
+            self._outputs.ensure(frame.region_size, grow_file=False)
+            outputs = read_tensors(self._outputs, described, copy=True)
+        if self._writer is not None:
+            self._writer.write(encode_frame(Kind.ACK, frame.seq, 0, {}))
+        if channel is None:
+            return
+        error = frame.meta.get("error")
+        final = bool(frame.meta.get("final"))
+        if final:
+            self._streams.pop(key, None)
+        channel.push(StreamEvent(outputs, None if error is None else InternalError(str(error)), final))
+
+    def _cancel(self, key: tuple[int, int]) -> None:
+        """The request's client is gone: its sender in the worker reports is_cancelled()."""
+        if self._running and self._writer is not None and key in self._streams:
+            self._writer.write(encode_frame(Kind.CANCEL, key[0], 0, {"request": key[1]}))
+
+    def _forget(self, key: tuple[int, int], error: TensorgateError | None) -> None:
+        self._streams.pop(key, None)
+
+    def _fail_streams(self, code: int | None) -> None:
+        """The worker died: requests of earlier batches still streaming end with an error. The batch
+        in flight, if any, is the scheduler's to answer (retried when it sent nothing yet)."""
+        inflight = self._seq if self._pending is not None else None
+        streams, self._streams = self._streams, {}
+        for (seq, _), channel in streams.items():
+            if seq != inflight:
+                channel.fail(
+                    InternalError(f"model '{self._spec.model}' failed: its worker process exited with code {code}"),
+                    stop_model=False,
+                )
 
     def _kill(self) -> None:
         if self._process is not None and self._process.returncode is None:
@@ -249,7 +339,9 @@ class ProcessInstance(Instance):
         try:
             while True:
                 frame = await self._read_frame()
-                if self._pending is not None and not self._pending.done():
+                if frame.kind is Kind.RESPONSE:
+                    self._response(frame)
+                elif self._pending is not None and not self._pending.done():
                     self._pending.set_result(frame)
         except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
             pass
@@ -260,6 +352,8 @@ class ProcessInstance(Instance):
             self._kill()
         self._running = False
         code = await process.wait()
+        if self._streams:
+            self._fail_streams(code)
         if self._pending is not None and not self._pending.done():
             self._pending.set_exception(InstanceDied(f"worker {self.name} exited with code {code}"))
         if self._closing:

@@ -17,8 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tensorgate.backends.base import Backend, LoadSpec
+from tensorgate.decoupled import ResponseChannel
 from tensorgate.instances.base import HUNG_BATCH_S, BatchDone, Instance, InstanceDied, ModelFailed
 from tensorgate.instances.batch_tensors import merge_inputs
+from tensorgate.instances.loop_sink import LoopSink
 from tensorgate.types import Array, TensorSpec
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,7 @@ class ThreadInstance(Instance):
         self._in_batch = 0  # batches handed to the thread and not yet returned
         self._generation = 0  # counts reloads: a batch of an abandoned thread that returns late is ignored
         self._watches: set[_HangWatch] = set()
+        self.decoupled = spec.config.model_transaction_policy.decoupled
 
     async def start(self) -> None:
         await self._worker.submit(self._load, self._spec)
@@ -120,6 +123,8 @@ class ThreadInstance(Instance):
     async def execute(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         """Run one batch (a warm-up or a probe). Counted as in the thread until the thread returns,
         even if the caller stops waiting (a probe's timeout): a reload must then not wait for it."""
+        if self.decoupled:
+            return await self.first_response(inputs)
         future: asyncio.Future[dict[str, Array]] = asyncio.get_running_loop().create_future()
         generation = self._generation
         self._in_batch += 1
@@ -135,11 +140,22 @@ class ThreadInstance(Instance):
     def run_batch(self, parts: Sequence[Mapping[str, Array]], on_done: BatchDone) -> None:
         # One loop callback from the end of this batch to the scheduler starting the next; merging
         # on the worker keeps the copy off the event loop too.
+        self._on_thread(self._merge_and_run, parts, on_done)
+
+    def run_decoupled(
+        self, parts: Sequence[Mapping[str, Array]], channels: Sequence[ResponseChannel], on_done: BatchDone
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        sinks = [LoopSink(loop, channel) for channel in channels]
+        self._on_thread(self._run_decoupled, (parts, sinks), on_done)
+
+    def _on_thread(self, fn: Callable[[Any], Any], arg: Any, on_done: BatchDone) -> None:
+        """Run one batch's ``fn(arg)`` on the thread, watched for hangs; ``on_done`` reports its end."""
         watch = _HangWatch(self, on_done)
         watch.timer = asyncio.get_running_loop().call_later(self._hung_after_s, watch.hung)
         self._in_batch += 1
         self._watches.add(watch)
-        self._worker.call(self._merge_and_run, parts, watch.done)
+        self._worker.call(fn, arg, watch.done)
 
     def _set_hung(self, hung: bool) -> None:
         if hung != self._hung and not self._closed:
@@ -149,6 +165,15 @@ class ThreadInstance(Instance):
 
     def _merge_and_run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
         return self._run_model(merge_inputs(parts))
+
+    def _run_decoupled(self, job: tuple[Sequence[Mapping[str, Array]], list[LoopSink]]) -> dict[str, Array]:
+        """On the worker thread: the model's execute, which answers through the sinks."""
+        parts, sinks = job
+        try:
+            self._backend.execute_decoupled(parts, sinks)
+        except Exception as exc:
+            raise ModelFailed(f"{type(exc).__name__}: {exc}") from exc
+        return {}
 
     def _run_model(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         """On the worker thread: the backend's own exceptions become ModelFailed."""

@@ -34,6 +34,11 @@ class Kind(enum.IntEnum):
     RESULT = 3  # worker -> server: outputs in the output region
     ERROR = 4  # worker -> server: the model raised; meta holds the message
     LOAD_FAILED = 5  # worker -> server: the load failed; meta holds the message
+    # A decoupled model's batch (EXECUTE with "decoupled" and each request's "rows" in its meta):
+    RESPONSE = 6  # worker -> server: one request's response ("request", "final", "error"), outputs in the region
+    DONE = 7  # worker -> server: the batch's execute returned; responses may still follow
+    CANCEL = 8  # server -> worker: the client of "request" of the batch is gone
+    ACK = 9  # server -> worker: the last RESPONSE's outputs are copied out; the region may be reused
 
 
 class WireError(Exception):

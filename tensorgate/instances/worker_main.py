@@ -99,6 +99,10 @@ def serve(spec: LoadSpec, backend_name: str, control: socket.socket, inputs: Reg
         "outputs": [s.to_metadata() for s in backend.outputs()],
     }
     control.sendall(encode_frame(Kind.READY, 0, 0, specs))
+    if spec.config.model_transaction_policy.decoupled:
+        from tensorgate.instances.worker_streams import serve_decoupled
+
+        return serve_decoupled(backend, control, inputs, outputs)
     while True:
         header = _recv_exact(control, HEADER.size)
         if header is None:
