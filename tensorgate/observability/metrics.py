@@ -36,6 +36,8 @@ BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
 LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 # The largest absolute difference between a shadow's outputs and the served ones: 0 to large.
 DIFFERENCE_BUCKETS = (0.0, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0)
+# Responses a decoupled model sends per request: none, one (the plain case), a few, a long stream.
+RESPONSE_COUNT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 # Every outcome a request can end with: success, queue_full, deadline_refused (refused at admission
 # for a deadline it could not meet), and each reason of the error table.
 OUTCOMES = ("success", "queue_full", "deadline_refused", *dict.fromkeys(OUTCOME_BY_CODE.values()))
@@ -146,6 +148,22 @@ class Metrics:
                 "tensorgate_instance_suspect",
                 "1 while the instance runs a suspect batch (it takes no new work until that batch ends).",
                 [*mv, "instance"],
+            )
+        )
+        self.responses_per_request = r(
+            Histogram(
+                "tensorgate_responses_per_request",
+                "Responses a decoupled model sent per request, counted when the request ended.",
+                mv,
+                buckets=RESPONSE_COUNT_BUCKETS,
+            )
+        )
+        self.stream_cancellations = r(
+            Counter(
+                "tensorgate_stream_cancellations",
+                "Decoupled requests cancelled while their model held them (the client left or the deadline "
+                "passed); the model's is_cancelled() turned true.",
+                mv,
             )
         )
         self.queue_depth = r(
@@ -405,3 +423,11 @@ class VersionMetrics:
 
     def instance_restart(self, instance: str) -> None:
         self.metrics.instance_restarts.labels(self.model, self.version, instance).inc()
+
+    def responses_sent(self, count: int) -> None:
+        """A decoupled request ended after ``count`` responses."""
+        self.metrics.responses_per_request.labels(self.model, self.version).observe(count)
+
+    def stream_cancelled(self) -> None:
+        """A decoupled request was cancelled while its model held it."""
+        self.metrics.stream_cancellations.labels(self.model, self.version).inc()

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from tensorgate.decoupled import ResponseChannel
 from tensorgate.types import InferRequest, InferResponse
 
 
@@ -35,6 +36,9 @@ class Pending:
     hedge_of: Any = None
     # Its place in a fair queue: the virtual time its tenant's turn starts (queue_order.FairLevel).
     tag: float = 0.0
+    # A decoupled model's request: where its responses go. It ends when the channel does, which may
+    # be after its batch ended (the model sends from a thread of its own).
+    channel: ResponseChannel | None = None
 
     def __init__(
         self,
@@ -65,6 +69,7 @@ class Pending:
         self.own_key = None
         self.hedge_of = None
         self.tag = 0.0
+        self.channel = None
 
 
 class Fault:

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from tensorgate.clock import Clock
+from tensorgate.decoupled import ResponseChannel
 from tensorgate.errors import (
     DEADLINE_CANCEL,
+    Cancelled,
     DeadlineExceeded,
     InternalError,
     InvalidInput,
@@ -141,6 +143,9 @@ class Scheduler:
         # in a row each has run past it.
         self.pace: Pace | None = None
         self._suspects: dict[Instance, int] = {}
+        # A decoupled model's requests that are admitted and not ended: drain waits for them, and
+        # closing ends what is left.
+        self._streams: set[Pending] = set()
 
     # -- admission -----------------------------------------------------------------------------
 
@@ -153,8 +158,19 @@ class Scheduler:
             raise InvalidInput(f"priority {request.priority} is outside 1..{levels} for model '{self.model}'")
         return request.priority
 
-    async def submit(self, request: InferRequest, rows: int, shape_key: tuple[tuple[int, ...], ...]) -> InferResponse:
-        """Admit, wait for the batch that carries this request, and return its own outputs."""
+    async def submit(
+        self,
+        request: InferRequest,
+        rows: int,
+        shape_key: tuple[tuple[int, ...], ...],
+        channel: ResponseChannel | None = None,
+    ) -> InferResponse:
+        """Admit, wait for the batch that carries this request, and return its own outputs.
+
+        With a ``channel`` (a decoupled model) the responses go there instead, and this returns (an
+        answer with no outputs) or raises once the channel has ended: the deadline and the client's
+        cancellation bound the whole stream, as they bound a plain request's execution.
+        """
         try:
             if self._closed:
                 raise Unavailable(f"model '{self.model}' version {self.version} is shutting down", retry_after_s=1.0)
@@ -188,6 +204,10 @@ class Scheduler:
         self._inflight_gauges[priority - 1].inc()
         if self.batch_cost is not None:
             self.batch_cost.admitted(rows)
+        if channel is not None:
+            item.channel = channel
+            self._streams.add(item)
+            channel.on_end(functools.partial(self._stream_ended, item))
         self._pump_soon()
         assert item.future is not None
         try:
@@ -405,13 +425,18 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         run = RunningBatch(instance, live, self._clock.now(), span, loop.create_future())
         self._running.add(run.ended)
-        if self.pace is not None:
+        decoupled = live[0].channel is not None
+        if self.pace is not None and not decoupled:  # a decoupled batch's copy would send its responses twice
             limit = self.pace.suspect_after(instance, sum(p.rows for p in live))
             if limit is not None:
                 run.timer = loop.call_later(limit, self._suspect, run, limit)
-        on_done = functools.partial(self._finished, run)
+        on_done = functools.partial(self._stream_batch_finished if decoupled else self._finished, run)
         try:
-            instance.run_batch([p.request.inputs for p in live], on_done)
+            if decoupled:
+                channels = [p.channel for p in live if p.channel is not None]
+                instance.run_decoupled([p.request.inputs for p in live], channels, on_done)
+            else:
+                instance.run_batch([p.request.inputs for p in live], on_done)
         except Exception as exc:  # the batch never started: answer it, and free the instance
             on_done(None, exc)
 
@@ -485,6 +510,76 @@ class Scheduler:
                 self._release(instance, retry)
             self._running.discard(run.ended)
             run.ended.set_result(None)
+
+    # -- decoupled models: a request ends with its stream, not its batch -----------------------------
+
+    def _stream_batch_finished(
+        self, run: RunningBatch, outputs: dict[str, Array] | None, error: BaseException | None
+    ) -> None:
+        """A decoupled batch's execute returned (or failed): the instance is free for its next batch.
+
+        Its requests end when their channels do: the model may still be sending from its own threads.
+        A failure ends every request it has not ended with the error; only a request that had sent
+        nothing when its instance died is run again (one that streamed would repeat its responses).
+        Requests are not split to find one the model refuses: their responses may have gone out.
+        """
+        instance, batch = run.instance, run.batch
+        run.done = True
+        retry: list[Pending] = []
+        try:
+            run.span.end()
+            if error is None:
+                if self.health is not None:
+                    self.health.batch_ok(instance)
+                self._record_execution(sum(p.rows for p in batch), self._clock.now() - run.started, len(batch))
+                return
+            if isinstance(error, InstanceDied):
+                log.warning("instance %s died running a decoupled batch of %d: %s", instance.name, len(batch), error)
+                if self.health is not None:
+                    self.health.batch_failed(instance, error)
+                message = f"model '{self.model}' failed: its instance died while running the request"
+            else:
+                log.warning(
+                    "model %s/%s raised on a decoupled batch of %d: %s", self.model, self.version, len(batch), error
+                )
+                detail = str(error) if isinstance(error, ModelFailed) else "see the server log"
+                message = f"model '{self.model}' failed to execute the request: {detail}"
+            for item in batch:
+                channel = item.channel
+                assert channel is not None
+                if isinstance(error, InstanceDied) and not channel.started and item.attempts == 0:
+                    item.attempts += 1
+                    item.failed_on = instance
+                    retry.append(item)
+                else:
+                    channel.fail(InternalError(message), stop_model=False)
+        except BaseException:  # a bug: logged, and every request still ended
+            log.exception("decoupled batch for %s/%s failed", self.model, self.version)
+            for item in batch:
+                if item.channel is not None:
+                    item.channel.fail(InternalError(f"model '{self.model}' failed to execute the request"))
+        finally:
+            self._release(instance, retry)
+            self._running.discard(run.ended)
+            run.ended.set_result(None)
+
+    def _stream_ended(self, item: Pending, error: TensorgateError | None) -> None:
+        """A decoupled request's channel ended: its submit returns (or raises), counted as any request."""
+        self._streams.discard(item)
+        channel = item.channel
+        assert channel is not None
+        self._metrics.responses_sent(channel.responses)
+        if channel.cancelled and item.dispatched_at is not None:
+            self._metrics.stream_cancelled()
+        if isinstance(error, Cancelled):
+            if item.future is not None:
+                item.future.cancel()  # its caller is being cancelled too: the submit counts it once
+            return
+        if error is not None:
+            settle(item.future, error)
+            return
+        response = InferResponse(self.model, self.version, {}, id=item.request.id)
+        settle(item.future, response)
 
     # -- hang detection: a batch past its instance's pace is hedged --------------------------------
 
@@ -651,7 +746,7 @@ class Scheduler:
     async def drain(self, timeout_s: float) -> None:
         """Wait until nothing is queued or running (or ``timeout_s`` passes)."""
         deadline = self._clock.now() + timeout_s
-        while (len(self._queue) or self._running) and self._clock.now() < deadline:
+        while (len(self._queue) or self._running or self._streams) and self._clock.now() < deadline:
             pending = set(self._running)
             if pending:
                 await asyncio.wait(pending, timeout=max(0.0, deadline - self._clock.now()))
@@ -665,6 +760,9 @@ class Scheduler:
         if self._timer is not None:
             self._timer.cancel()
         self._answer_queue(lambda: Unavailable(f"model '{self.model}' is unloading", retry_after_s=1.0))
+        for item in list(self._streams):  # streams still open after the drain: their model is going away
+            if item.channel is not None:
+                item.channel.fail(Unavailable(f"model '{self.model}' is unloading", retry_after_s=1.0))
         if self._running:
             _, stuck = await asyncio.wait(set(self._running), timeout=timeout_s)
             if stuck:
