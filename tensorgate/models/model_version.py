@@ -12,7 +12,8 @@ import itertools
 import logging
 
 from tensorgate.clock import Clock
-from tensorgate.errors import InvalidInput, TensorgateError, Unavailable
+from tensorgate.decoupled import ResponseChannel, ResponseStream
+from tensorgate.errors import InvalidInput, NotImplementedFeature, TensorgateError, Unavailable
 from tensorgate.instances.base import Instance
 from tensorgate.instances.health import HealthMonitor
 from tensorgate.instances.pool import InstancePool
@@ -43,6 +44,7 @@ class ModelVersion:
         clock: Clock,
         metrics: VersionMetrics,
         tracer: Tracer = NOOP_TRACER,
+        decoupled: bool = False,
     ) -> None:
         self.name = name
         self.version = version
@@ -57,6 +59,8 @@ class ModelVersion:
         self.scheduler = Scheduler(name, version, pool, specs.batch, queue, clock, metrics, tracer)
         self.health: HealthMonitor | None = None  # the instances' health checks, started when it serves
         self.cache: VersionCache | None = None  # the response cache, where the model enables it
+        # Any number of responses per request (model_transaction_policy): served by stream, not infer.
+        self.decoupled = decoupled
 
     @property
     def ready(self) -> bool:
@@ -113,6 +117,26 @@ class ModelVersion:
         )
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        if self.decoupled:  # the protocols refuse first, in Triton's words; this covers every other caller
+            self.metrics.outcome("invalid")
+            raise NotImplementedFeature(
+                f"model '{self.name}' is decoupled (it may answer a request with any number of responses): "
+                "call it through gRPC ModelStreamInfer or HTTP generate_stream"
+            )
+        rows, key = self._admissible(request)
+        cache = self.cache
+        if cache is None:
+            return await self.scheduler.submit(request, rows, key)
+        return await cache.infer(
+            request,
+            lambda: self.scheduler.submit(request, rows, key),
+            self.name,
+            self.version,
+            on_hit=self.count_cache_hit,
+        )
+
+    def _admissible(self, request: InferRequest) -> tuple[int, tuple[tuple[int, ...], ...]]:
+        """Ready, and inputs and outputs the model takes: the request's rows and shape key."""
         if not self.ready:
             self.metrics.outcome("unavailable")
             raise Unavailable(
@@ -125,16 +149,18 @@ class ModelVersion:
         except InvalidInput:
             self.metrics.outcome("invalid")
             raise
-        cache = self.cache
-        if cache is None:
-            return await self.scheduler.submit(request, rows, key)
-        return await cache.infer(
-            request,
-            lambda: self.scheduler.submit(request, rows, key),
-            self.name,
-            self.version,
-            on_hit=self.count_cache_hit,
-        )
+        return rows, key
+
+    def stream(self, request: InferRequest) -> ResponseStream:
+        """Run a request of a decoupled model: its responses as they come (called on the event loop
+        by the target only). Raises at once what infer would raise before the queue (not ready, bad
+        inputs); later errors (queue full, deadline) end the stream as its last event."""
+        if not self.decoupled:
+            raise InvalidInput(f"model '{self.name}' answers each request once; it does not stream")
+        rows, key = self._admissible(request)
+        channel = ResponseChannel()
+        run = self.scheduler.submit(request, rows, key, channel)
+        return ResponseStream(channel, run, self.name, self.version, request.id, request.outputs)
 
     def count_cache_hit(self, elapsed_ns: int) -> None:
         """A request answered from the response cache, ``elapsed_ns`` after it reached the cache: a

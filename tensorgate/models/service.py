@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tensorgate.decoupled import ResponseStream
 from tensorgate.errors import NotFound, TensorgateError
 from tensorgate.models import router
 from tensorgate.models.manager import ModelManager
@@ -181,6 +182,17 @@ class InferenceService:
     async def infer(self, request: InferRequest, headers: HeaderReader | None = None) -> InferResponse:
         """Route and run one request that is already decoded."""
         return await self.resolve(request.model, request.version, headers).infer(request)
+
+    def decoupled(self, name: str) -> bool:
+        """Whether the model answers with any number of responses (``model_transaction_policy``), so a
+        protocol picks its streaming path; False for a model the server does not know (its call then
+        fails as any other would)."""
+        entry = self._manager.models.get(name)
+        return entry is not None and entry.source.config.model_transaction_policy.decoupled
+
+    async def stream(self, request: InferRequest, headers: HeaderReader | None = None) -> ResponseStream:
+        """Route and run one decoded request as a stream of responses (``Target.stream``)."""
+        return await self.resolve(request.model, request.version, headers).stream(request)
 
     def count_failure(self, name: str, version: int | None, error: TensorgateError) -> None:
         """Count a request for a known model that failed before it could be routed (a body that

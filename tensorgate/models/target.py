@@ -17,10 +17,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from tensorgate.clock import Clock
+from tensorgate.decoupled import ResponseChannel, ResponseStream, single_response
 from tensorgate.errors import InvalidInput, TensorgateError
 from tensorgate.generation import GenerationStream, SamplingParams
 from tensorgate.models import router
 from tensorgate.models.entry import ModelEntry
+from tensorgate.models.model_version import ModelVersion
 from tensorgate.models.servable import Servable, TextGenerator
 from tensorgate.models.traffic import TrafficState
 from tensorgate.types import InferRequest, InferResponse
@@ -107,6 +109,46 @@ class Target:
         if shadow is not None and servable.version != shadow.version:
             shadow.offer(request, response, self._entry.versions.get(shadow.version))
         return response
+
+    @property
+    def decoupled(self) -> bool:
+        """The model answers a request with any number of responses (``model_transaction_policy``):
+        its configuration says so, whether or not a version is loaded."""
+        return self._entry.source.config.model_transaction_policy.decoupled
+
+    async def stream(self, request: InferRequest) -> ResponseStream:
+        """Run the request as a stream of responses: a decoupled model's, as they come; any other
+        model's one answer as a stream of one (for routes that stream from every model). The
+        traffic split observes each stream's end, and an on-demand model stays loaded until then."""
+        servable = await self.servable()
+        residence = self._entry.residence
+        if residence.on_demand:
+            residence.active += 1
+            residence.last_used = self._clock.now()
+        started = self._clock.now()
+        try:
+            if isinstance(servable, ModelVersion) and servable.decoupled:
+                stream = servable.stream(request)
+            else:
+                channel = ResponseChannel()
+                run = single_response(servable.infer(request), channel)
+                stream = ResponseStream(channel, run, servable.name, servable.version, request.id, request.outputs)
+        except BaseException:
+            if residence.on_demand:
+                residence.active -= 1
+            raise
+        traffic = self._entry.traffic
+        version = servable.version
+
+        def ended(error: TensorgateError | None) -> None:
+            if residence.on_demand:
+                residence.active -= 1
+                residence.last_used = self._clock.now()
+            if traffic is not None:
+                traffic.observe(version, self._clock.now() - started, error is not None and error.http_status >= 500)
+
+        stream.channel.on_end(ended)
+        return stream
 
     async def generator(self) -> TextGenerator:
         """The target's version as a text generator (400 for a model that does not generate text);

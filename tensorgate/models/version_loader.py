@@ -106,6 +106,10 @@ async def build_version(
             await asyncio.sleep(0)
             reached = check_steps(source.name, source.config, run_step)
             return PipelineVersion(source.name, vsource.version, source.config, run_step, clock, metrics, reached)
+        if source.config.model_transaction_policy.decoupled and source.backend != "python":
+            raise ModelLoadError(
+                f"model_transaction_policy decoupled is for Python models; this model's backend is {source.backend}"
+            )
         if source.backend in GENERATIVE:  # a continuous-batching engine instead of instances
             return await load_generative_version(source, vsource, status, clock, metrics)
         return await _build_batching(source, vsource, status, clock, metrics, tracer, generation)
@@ -156,6 +160,7 @@ async def _build_batching(
             clock,
             vmetrics,
             tracer,
+            decoupled=source.config.model_transaction_policy.decoupled,
         )
         warm = functools.partial(
             warm_up,
