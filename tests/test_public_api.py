@@ -20,6 +20,7 @@ def test_public_api_is_pinned_and_sorted() -> None:
         "ModelContext",
         "MonotonicClock",
         "PythonModel",
+        "ResponseSender",
         "Server",
         "ServerConfig",
         "TensorSpec",
