@@ -5,24 +5,30 @@ wrapper for the stream): a :class:`TensorgateError` becomes its table status, an
 logged and becomes INTERNAL with no detail. The transport cancels the handler's task when the client
 cancels or its deadline passes, and that cancellation flows into ``service.infer``, so the
 request leaves the scheduler's queue.
+
+A decoupled model (any number of responses per request) is served on ``ModelStreamInfer`` only
+(``stream_infer``): each response is one answer, the last marked ``triton_final_response``, as
+Triton does; ``ModelInfer`` refuses it in Triton's words.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
 
 from tensorgate.clock import Clock
+from tensorgate.decoupled import ResponseStream, StreamEvent
 from tensorgate.errors import (
     DeadlineExceeded,
     InternalError,
     InvalidInput,
     NotFound,
+    NotImplementedFeature,
     TensorgateError,
     Unavailable,
 )
@@ -45,6 +51,7 @@ from tensorgate.protocols.grpc.generated import grpc_service_pb2 as pb
 from tensorgate.protocols.grpc.generated import grpc_service_pb2_grpc as pb_grpc
 from tensorgate.protocols.grpc.management_rpcs import ManagementRpcs
 from tensorgate.protocols.grpc.raw_inputs import ReceivedInfer, receive_infer_request
+from tensorgate.protocols.grpc.stream_infer import decoupled_checker, stream_infer
 from tensorgate.protocols.request_ids import RequestIds
 from tensorgate.protocols.shared_memory import (
     SharedMemoryRegions,
@@ -58,9 +65,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Requests of one stream being decoded or run at once. Past it the servicer stops reading the
-# stream, so HTTP/2 flow control pushes back on the client instead of the server buffering.
-STREAM_WINDOW = 64
+# Triton's words for a decoupled model called the unary way (its UNSUPPORTED: UNIMPLEMENTED here).
+DECOUPLED_REFUSED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+# A request parameter asking for an answer of its own when the model sends the final flag alone.
+EMPTY_FINAL = "triton_enable_empty_final_response"
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +212,19 @@ class InferenceServicer(ManagementRpcs, pb_grpc.GRPCInferenceServiceServicer):  
         span: RequestSpan,
         served: _Served,
     ) -> Any:
+        if received.error is None and self._service.decoupled(received.message.model_name):
+            raise NotImplementedFeature(DECOUPLED_REFUSED)
+        request, shared, metadata = self._prepare(received, context, request_id, traceparent, span)
+        response = await self._service.infer(request, metadata)
+        served.version, served.queue_s, served.compute_s = str(response.version), response.queue_s, response.compute_s
+        span.record(response)
+        with span.child("encode"):
+            return codec.encode_infer(response, shared)
+
+    def _prepare(
+        self, received: ReceivedInfer, context: Any, request_id: str, traceparent: str | None, span: RequestSpan
+    ) -> tuple[InferRequest, SharedMemoryUse | None, MetadataReader]:
+        """Decode a request (after the caller's model access is checked) with its ids and tenant."""
         message = received.message
         if received.error is not None:
             raise InvalidInput(received.error)
@@ -222,12 +243,7 @@ class InferenceServicer(ManagementRpcs, pb_grpc.GRPCInferenceServiceServicer):  
         tenant = (
             tenancy.resolve(identity_of(context), metadata(tenancy.metadata_key)) if tenancy.enabled else SHARED_TENANT
         )
-        request = request.with_context(request_id, span.traceparent or traceparent, tenant)
-        response = await self._service.infer(request, metadata)
-        served.version, served.queue_s, served.compute_s = str(response.version), response.queue_s, response.compute_s
-        span.record(response)
-        with span.child("encode"):
-            return codec.encode_infer(response, shared)
+        return request.with_context(request_id, span.traceparent or traceparent, tenant), shared, metadata
 
     async def ModelInfer(self, request: ReceivedInfer, context: Any) -> Any:
         headers = metadata_of(context)
@@ -239,40 +255,17 @@ class InferenceServicer(ManagementRpcs, pb_grpc.GRPCInferenceServiceServicer):  
         )
 
     async def ModelStreamInfer(self, requests: AsyncIterator[ReceivedInfer], context: Any) -> AsyncIterator[Any]:
-        """Requests run concurrently (so they can share batches); answers come back in request order.
+        """Requests run concurrently (so they can share batches); answers come back in request order,
+        a decoupled model's responses as they come (``stream_infer``).
 
         A failed request answers with ``error_message`` and the stream goes on.
         """
         headers = metadata_of(context)
         stream_id = self._ids.of(headers.get("x-request-id"))
         context.set_trailing_metadata((("x-request-id", stream_id),))
-        traceparent = headers.get("traceparent")
-        window = asyncio.Semaphore(STREAM_WINDOW)
-        started: asyncio.Queue[asyncio.Task[Any] | None] = asyncio.Queue()
-
-        async def read() -> None:
-            try:
-                async for message in requests:
-                    await window.acquire()
-                    coro = self._stream_one(message, context, stream_id, traceparent)
-                    started.put_nowait(asyncio.get_running_loop().create_task(coro))
-            finally:
-                started.put_nowait(None)
-
-        reader = asyncio.get_running_loop().create_task(read())
-        try:
-            while (task := await started.get()) is not None:
-                try:
-                    yield await task
-                finally:
-                    window.release()
-            await reader  # surfaces an error reading the stream
-        finally:
-            reader.cancel()
-            while not started.empty():
-                leftover = started.get_nowait()
-                if leftover is not None:
-                    leftover.cancel()
+        call = _StreamCall(self, context, stream_id, headers.get("traceparent"))
+        async for answer in stream_infer(call, requests):
+            yield answer
 
     async def _stream_one(self, received: ReceivedInfer, context: Any, stream_id: str, traceparent: str | None) -> Any:
         message = received.message
@@ -291,6 +284,48 @@ class InferenceServicer(ManagementRpcs, pb_grpc.GRPCInferenceServiceServicer):  
         answer.infer_response.id = message.id
         answer.infer_response.model_name = message.model_name
         return _final(answer)
+
+    async def _stream_decoupled(
+        self, received: ReceivedInfer, context: Any, stream_id: str, traceparent: str | None
+    ) -> AsyncGenerator[Any, None]:
+        """A decoupled model's request on the stream: one answer per response, the last marked final."""
+        message = received.message
+        started = self._clock.now()
+        outcome = "OK"
+        caller = identity_of(context)
+        served = _Served(message.model_version[:20] or "-", identity=None if caller is None else caller.name)
+        stream: ResponseStream | None = None
+        try:
+            try:
+                tracer = self._tracer
+                if tracer.sampled_only and not sampled(traceparent):
+                    tracer = NOOP_TRACER
+                attributes = {"rpc.system": "grpc", "rpc.method": "ModelStreamInfer"}
+                with tracer.request("ModelStreamInfer", traceparent, attributes) as span:  # the admission only
+                    request, shared, metadata = self._prepare(received, context, stream_id, traceparent, span)
+                    stream = await self._service.stream(request, metadata)
+            except TensorgateError as exc:
+                outcome = exc.grpc_status
+                if message.model_name and _well_formed(message.model_version) and stream is None:
+                    self._service.count_failure(message.model_name, codec.optional_version(message.model_version), exc)
+                yield _error_answer(message, exc.message, final=True)
+                return
+            served.version = str(stream.version)
+            empty_final = request.parameters.get(EMPTY_FINAL) is True
+            async for event in stream:
+                answer = _stream_answer(stream, event, message, shared, empty_final)
+                if event.final and event.error is not None:
+                    outcome = event.error.grpc_status
+                if answer is not None:
+                    yield answer
+        except (asyncio.CancelledError, GeneratorExit):
+            # The call ended under it: the client cancelled or closed the stream, or its deadline passed.
+            outcome = "DEADLINE_EXCEEDED" if past_deadline(context) else "CANCELLED"
+            raise
+        finally:
+            if stream is not None:
+                stream.cancel()  # the model is told, unless its stream already ended
+            self._access("ModelStreamInfer", message, stream_id, outcome, started, served)
 
     def _access(self, rpc: str, message: Any, request_id: str, status: str, started: float, served: _Served) -> None:
         access = self._settings.access
@@ -320,6 +355,55 @@ class _Served:
     queue_s: float = 0.0
     compute_s: float = 0.0
     identity: str | None = None  # the caller's name where authentication is on
+
+
+class _StreamCall:
+    """One ``ModelStreamInfer`` call's handler for ``stream_infer``: each request through the servicer."""
+
+    def __init__(self, servicer: InferenceServicer, context: Any, stream_id: str, traceparent: str | None) -> None:
+        self._servicer = servicer
+        self._context = context
+        self._stream_id = stream_id
+        self._traceparent = traceparent
+        self.is_decoupled = decoupled_checker(servicer._service.decoupled)
+
+    def answer(self, received: ReceivedInfer) -> Any:
+        return self._servicer._stream_one(received, self._context, self._stream_id, self._traceparent)
+
+    def answers(self, received: ReceivedInfer) -> AsyncGenerator[Any, None]:
+        return self._servicer._stream_decoupled(received, self._context, self._stream_id, self._traceparent)
+
+
+def _stream_answer(
+    stream: ResponseStream, event: StreamEvent, message: Any, shared: SharedMemoryUse | None, empty_final: bool
+) -> Any:
+    """One event of a decoupled request as Triton writes it: a response (final or not), an error, or,
+    for the final flag alone, an empty answer where the request asked for one (else nothing)."""
+    if event.error is not None:
+        return _error_answer(message, event.error.message, final=event.final)
+    if event.outputs is not None:
+        answer = pb.ModelStreamInferResponse(infer_response=codec.encode_infer(stream.response(event.outputs), shared))
+    elif event.final and empty_final:
+        answer = pb.ModelStreamInferResponse()
+        _name(answer, message, str(stream.version))
+    else:
+        return None
+    answer.infer_response.parameters["triton_final_response"].bool_param = event.final
+    return answer
+
+
+def _error_answer(message: Any, error: str, *, final: bool) -> Any:
+    """An error on the stream, naming the request it belongs to (its id, model and version)."""
+    answer = pb.ModelStreamInferResponse(error_message=error)
+    _name(answer, message, message.model_version)
+    answer.infer_response.parameters["triton_final_response"].bool_param = final
+    return answer
+
+
+def _name(answer: Any, message: Any, version: str) -> None:
+    answer.infer_response.id = message.id
+    answer.infer_response.model_name = message.model_name
+    answer.infer_response.model_version = version
 
 
 def _final(answer: Any) -> Any:

@@ -1,5 +1,8 @@
 """The KServe / Triton generate extension: ``POST /v2/models/{m}[/versions/{v}]/generate`` answers one
-JSON document; ``.../generate_stream`` answers Server-Sent Events, one ``data: {...}`` per token."""
+JSON document; ``.../generate_stream`` answers Server-Sent Events, one ``data: {...}`` per token.
+
+That is for text generators; any other model (a decoupled one above all) takes Triton's tensor form,
+its inputs and outputs by name (``generate_tensors``)."""
 
 from __future__ import annotations
 
@@ -8,9 +11,11 @@ from typing import Any
 from tensorgate.errors import InvalidInput, TensorgateError
 from tensorgate.generation import FinishReason, SamplingParams
 from tensorgate.models.service import InferenceService
+from tensorgate.models.target import generates_text
 from tensorgate.names import check_model_name, parse_version
 from tensorgate.protocols.http.body import Receive
 from tensorgate.protocols.http.exchange import Call, Responder, Send
+from tensorgate.protocols.http.generate_tensors import serve_generate
 from tensorgate.protocols.http.routes import Params, RouteTable
 from tensorgate.protocols.http.streaming import FINISH_REASONS, EventSender, read_json
 
@@ -83,7 +88,13 @@ class GenerateRoutes:
         call.model = name
         call.allow_model(name)
         version = parse_version(params["version"]) if "version" in params else None
-        generator = await self._service.resolve(name, version, call.text_header).generator()
+        target = self._service.resolve(name, version, call.text_header)
+        servable = await target.servable()
+        if not generates_text(servable):  # a tensor model: its inputs and outputs by name
+            document = await read_json(receive, call, self._limit)
+            await serve_generate(call, target, servable.specs.inputs, stream_mode, document, self._out, send)
+            return
+        generator = await target.generator()
         document = await read_json(receive, call, self._limit)
         text, sampling, priority, timeout = generate_params(document)
         stream = generator.submit(

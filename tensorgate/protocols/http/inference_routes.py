@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
-from tensorgate.errors import TensorgateError, UnsupportedMedia
+from tensorgate.errors import NotImplementedFeature, TensorgateError, UnsupportedMedia
 from tensorgate.models.service import InferenceService
 from tensorgate.models.target import Target
 from tensorgate.names import check_model_name, parse_version
@@ -38,6 +38,9 @@ from tensorgate.types import SHARED_TENANT, InferRequest, InferResponse, TensorS
 T = TypeVar("T")
 
 _NO_ATTRIBUTES: dict[str, str] = {}
+# Triton's words for a decoupled model called the unary way (its UNSUPPORTED: 501 here, as there);
+# such a model streams through generate_stream (generate_routes.py) and gRPC ModelStreamInfer.
+DECOUPLED_REFUSED = "HTTP end point doesn't support models with decoupled transaction policy"
 _BINARY = (b"content-type", b"application/octet-stream")
 _JSON = (b"content-type", b"application/json")
 # Content types a client may send a body as; anything else (pickle, forms of code) is refused with 415.
@@ -199,6 +202,8 @@ class InferenceRoutes:
     async def infer(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
         name, version = self._model(call, params)
         target = self._service.resolve(name, version, call.text_header)  # 404 before the body is read
+        if target.decoupled:
+            raise NotImplementedFeature(DECOUPLED_REFUSED)
         body = await read_request_body(call, receive, self._settings.max_body_bytes)
         header_length = parse_header_length(call.header(b"inference-header-content-length"), len(body))
         shared = None
@@ -230,6 +235,8 @@ class InferenceRoutes:
     async def predict(self, call: Call, params: Params, receive: Receive, send: Send) -> None:
         name, version = self._model(call, params)
         target = self._service.resolve(name, version, call.text_header)  # 404 before the body is read
+        if target.decoupled:
+            raise NotImplementedFeature(DECOUPLED_REFUSED)
         body = await read_request_body(call, receive, self._settings.max_body_bytes)
         servable = await target.servable()  # the version the request runs on: decoded against its specs
         specs, batched, limits = servable.specs.inputs, servable.specs.max_batch_size > 0, self._settings.limits

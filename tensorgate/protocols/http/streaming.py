@@ -54,12 +54,16 @@ class EventSender:
 
     async def event(self, data: Any) -> None:
         payload = data if isinstance(data, bytes) else orjson.dumps(data)
+        await self.open()
+        await self._send({"type": "http.response.body", "body": b"data: " + payload + b"\n\n", "more_body": True})
+
+    async def open(self) -> None:
+        """Start the response (200, ``text/event-stream``) if no event has yet."""
         if not self.started:
             self.started = True
             self._call.status = 200
             headers = [*_SSE, (b"x-request-id", self._call.request_id.encode())]
             await self._send({"type": "http.response.start", "status": 200, "headers": headers})
-        await self._send({"type": "http.response.body", "body": b"data: " + payload + b"\n\n", "more_body": True})
 
     async def close(self) -> None:
         if self.started:
