@@ -6,6 +6,10 @@ rebuilt for the tests: the same model names, ``config.pbtxt`` files and behaviou
 - ``simple_string``: the same arithmetic on BYTES holding decimal numbers (Triton's is an ONNX graph
   over strings; here a Triton Python-backend model, so its config says ``backend: "python"``).
 - ``simple_identity``: a Triton Python-backend model that returns its BYTES input, as Triton's does.
+- ``repeat_int32``: the decoupled model of Triton's repeat example (python_backend
+  ``examples/decoupled``, the server's ``repeat_int32`` test backend): one response per element of
+  ``IN``, ``DELAY[i]`` ms before the i-th, then the final flag; ``execute`` returns after ``WAIT`` ms.
+  It stops early when its request is cancelled, and notes that in ``cancelled.log`` in its directory.
 
 The Python models are written against ``triton_python_backend_utils`` as Triton's own are.
 """
@@ -150,6 +154,123 @@ class TritonPythonModel:
 '''
 
 
+REPEAT_CONFIG = """
+name: "repeat_int32"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy {
+  decoupled: True
+}
+input [
+  {
+    name: "IN"
+    data_type: TYPE_INT32
+    dims: [ -1 ]
+  },
+  {
+    name: "DELAY"
+    data_type: TYPE_UINT32
+    dims: [ -1 ]
+  },
+  {
+    name: "WAIT"
+    data_type: TYPE_UINT32
+    dims: [ 1 ]
+  }
+]
+output [
+  {
+    name: "OUT"
+    data_type: TYPE_INT32
+    dims: [ 1 ]
+  },
+  {
+    name: "IDX"
+    data_type: TYPE_UINT32
+    dims: [ 1 ]
+  }
+]
+"""
+
+REPEAT_MODEL = '''
+import json
+import os
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """One response per element of IN (OUT = IN[i], IDX = i), DELAY[i] ms before each, then the final
+    flag, sent from a thread of its own; execute returns after WAIT ms, so responses of several
+    requests interleave. A cancelled request stops early: its first IN value is noted in
+    cancelled.log beside the model, and its sender closed."""
+
+    def initialize(self, args):
+        self.model_config = config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(config):
+            raise pb_utils.TritonModelException("repeat_int32 needs model_transaction_policy { decoupled: True }")
+        self.out_dtype = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, "OUT")["data_type"])
+        self.idx_dtype = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, "IDX")["data_type"])
+        self.log = os.path.join(args["model_repository"], "cancelled.log")
+        self.lock = threading.Lock()
+        self.threads = set()
+
+    def execute(self, requests):
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            delays = pb_utils.get_input_tensor_by_name(request, "DELAY").as_numpy()
+            wait = pb_utils.get_input_tensor_by_name(request, "WAIT").as_numpy()
+            if delays.size != values.size:
+                raise pb_utils.TritonModelException(
+                    f"expected DELAY to hold {values.size} values (one per IN), got {delays.size}"
+                )
+            thread = threading.Thread(
+                target=self.respond, args=(request.get_response_sender(), values, delays), daemon=True
+            )
+            with self.lock:
+                self.threads.add(thread)
+            thread.start()
+            threading.Event().wait(int(wait[0]) / 1000)
+        return None
+
+    def respond(self, sender, values, delays):
+        try:
+            for idx in range(values.size):
+                if self.stopped(sender, delays[idx] / 1000, values):
+                    return
+                out = pb_utils.Tensor("OUT", np.array([values[idx]], self.out_dtype))
+                index = pb_utils.Tensor("IDX", np.array([idx], self.idx_dtype))
+                sender.send(pb_utils.InferenceResponse(output_tensors=[out, index]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        finally:
+            with self.lock:
+                self.threads.discard(threading.current_thread())
+
+    def stopped(self, sender, delay_s, values):
+        """Wait out a delay, looking every 10 ms whether the request was cancelled."""
+        waited = threading.Event()
+        while True:
+            if sender.is_cancelled():
+                with self.lock, open(self.log, "a") as log:
+                    log.write(f"{int(values[0]) if values.size else ''}\\n")
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return True
+            if delay_s <= 0:
+                return False
+            step = min(delay_s, 0.01)
+            waited.wait(step)
+            delay_s -= step
+
+    def finalize(self):
+        with self.lock:
+            threads = list(self.threads)
+        for thread in threads:
+            thread.join(timeout=5)
+'''
+
+
 def _add_sub(elem: int) -> bytes:
     """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, ``[-1, 16]`` of ``elem``, computed in INT32."""
     nodes = []
@@ -182,6 +303,30 @@ def _model(repo: Path, name: str, config: str, files: dict[str, bytes | str]) ->
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
 
 
+REPEAT_YAML = """
+# repeat_int32 in a worker process of its own: what config.pbtxt cannot say.
+backend: python
+max_batch_size: 0
+model_transaction_policy: {{decoupled: true}}
+inputs:
+  - {{name: IN, datatype: INT32, shape: [-1]}}
+  - {{name: DELAY, datatype: UINT32, shape: [-1]}}
+  - {{name: WAIT, datatype: UINT32, shape: [1]}}
+outputs:
+  - {{name: OUT, datatype: INT32, shape: [1]}}
+  - {{name: IDX, datatype: UINT32, shape: [1]}}
+instance_group: [{{count: 1, isolation: {isolation}}}]
+"""
+
+
+def build_repeat_repository(repo: Path, isolation: str) -> Path:
+    """A repository of ``repeat_int32`` alone, configured by ``config.yaml`` with ``isolation``."""
+    (repo / "repeat_int32" / "1").mkdir(parents=True)
+    (repo / "repeat_int32" / "config.yaml").write_text(REPEAT_YAML.format(isolation=isolation))
+    (repo / "repeat_int32" / "1" / "model.py").write_text(REPEAT_MODEL)
+    return repo
+
+
 def build_triton_repository(repo: Path) -> Path:
     """Write the example repository under ``repo``; returns it."""
     _model(
@@ -194,4 +339,5 @@ def build_triton_repository(repo: Path) -> Path:
     _model(repo, "simple_int8", simple_int8, {"model.onnx": _add_sub(TensorProto.INT8)})
     _model(repo, "simple_string", STRING_CONFIG, {"model.py": STRING_MODEL})
     _model(repo, "simple_identity", IDENTITY_CONFIG, {"model.py": IDENTITY_MODEL})
+    _model(repo, "repeat_int32", REPEAT_CONFIG, {"model.py": REPEAT_MODEL})
     return repo

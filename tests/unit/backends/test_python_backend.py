@@ -143,3 +143,72 @@ def test_a_python_model_must_declare_its_tensors(tmp_path: Path) -> None:
     spec = LoadSpec("bare", 1, version / "model.py", version, ModelConfig(backend="python"), Device())
     with pytest.raises(ModelLoadError, match=r"declares its inputs in config\.yaml; bare has none"):
         PythonBackend().load(spec)
+
+
+class Sink:
+    """What an instance hands the backend for one request of a decoupled model: records what it gets."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[object, str | None, bool]] = []
+        self.cancelled = False
+
+    def send(self, outputs: object, error: str | None, final: bool) -> None:
+        self.sent.append((outputs, error, final))
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+
+DECOUPLED = """
+class Scorer(PythonModel):
+    def execute_decoupled(self, inputs, sender):
+        x = inputs["INPUT"]
+        if sender.is_cancelled():
+            sender.send(error="cancelled before it began", final=True)
+            return
+        sender.send({"OUTPUT": x.astype(np.float64)})
+        sender.send({"LABEL": np.array([b"a"], dtype=object)}, final=True)
+        try:
+            sender.send({"OUTPUT": x})
+        except RuntimeError as exc:
+            self.after = str(exc)
+        if x[0, 0] < 0:
+            raise ValueError("negative")
+"""
+
+
+def test_a_decoupled_python_model_answers_each_request_through_its_sink(tmp_path: Path) -> None:
+    backend = _load(tmp_path, DECOUPLED, model_transaction_policy={"decoupled": True})
+    sinks = [Sink(), Sink()]
+    sinks[1].cancelled = True
+    backend.execute_decoupled([{"INPUT": np.ones((1, 2), np.float32)}] * 2, sinks)
+    (outputs, error, final), (labels, _, last) = sinks[0].sent
+    assert outputs["OUTPUT"].dtype == np.float32 and error is None and not final  # type: ignore[index]
+    assert list(labels) == ["LABEL"] and last  # type: ignore[call-overload]  # a response may carry some outputs
+    assert sinks[1].sent == [(None, "cancelled before it began", True)]
+
+
+def test_a_decoupled_model_that_raises_has_its_senders_closed(tmp_path: Path) -> None:
+    backend = _load(tmp_path, DECOUPLED, model_transaction_policy={"decoupled": True})
+    with pytest.raises(ValueError, match="negative"):
+        backend.execute_decoupled([{"INPUT": -np.ones((1, 2), np.float32)}], [Sink()])
+
+
+def test_a_decoupled_configuration_needs_execute_decoupled(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="does not implement execute_decoupled"):
+        _load(tmp_path, GOOD, model_transaction_policy={"decoupled": True})
+
+
+@pytest.mark.parametrize(
+    ("response", "message"),
+    [
+        ('{"NOPE": np.ones(1)}', r"carries output\(s\) \['NOPE'\] that the model does not declare"),
+        ('{"OUTPUT": np.array(["x"])}', "output 'OUTPUT' is declared FP32"),
+    ],
+)
+def test_a_response_is_checked_against_the_declared_outputs(tmp_path: Path, response: str, message: str) -> None:
+    code = "class Scorer(PythonModel):\n    def execute_decoupled(self, inputs, sender):\n"
+    code += f"        sender.send({response})\n"
+    backend = _load(tmp_path, code, model_transaction_policy={"decoupled": True})
+    with pytest.raises(ValueError, match=message):
+        backend.execute_decoupled([{"INPUT": np.ones((1, 2), np.float32)}], [Sink()])
