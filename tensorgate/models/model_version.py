@@ -17,12 +17,14 @@ from tensorgate.instances.base import Instance
 from tensorgate.instances.health import HealthMonitor
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.response_cache import VersionCache
+from tensorgate.models.sequence_runner import SequenceRunner, SequenceSettings
 from tensorgate.models.servable import InstanceView, VersionState
 from tensorgate.models.specs import ResolvedSpecs
 from tensorgate.models.validation import TensorRules
 from tensorgate.observability.metrics import VersionMetrics
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
+from tensorgate.scheduling.sequences import SequenceTable
 from tensorgate.scheduling.statistics import InferenceStatistics
 from tensorgate.types import InferRequest, InferResponse, ModelMetadata
 
@@ -57,6 +59,15 @@ class ModelVersion:
         self.scheduler = Scheduler(name, version, pool, specs.batch, queue, clock, metrics, tracer)
         self.health: HealthMonitor | None = None  # the instances' health checks, started when it serves
         self.cache: VersionCache | None = None  # the response cache, where the model enables it
+        self.sequencing: SequenceSettings | None = None  # a sequence model's controls, state, strategy
+        self.sequences: SequenceRunner | None = None  # its requests' path, once the model's table is attached
+
+    def attach_sequences(self, table: SequenceTable) -> None:
+        """A sequence model's version joins its model's table of open sequences."""
+        assert self.sequencing is not None
+        self.sequences = SequenceRunner(
+            self.name, self, table, self.sequencing, self.scheduler, self.pool, self.rules, self.metrics
+        )
 
     @property
     def ready(self) -> bool:
@@ -113,6 +124,20 @@ class ModelVersion:
         )
 
     async def infer(self, request: InferRequest) -> InferResponse:
+        sequences = self.sequences
+        if sequences is not None:
+            # A retired version still serves the sequences that began on it, to their end.
+            if not self.ready and not (self.state is VersionState.DRAINING and sequences.continues_here(request)):
+                self.metrics.outcome("unavailable")
+                raise Unavailable(
+                    f"model '{self.name}' version {self.version} is not ready ({self.state.value})",
+                    retry_after_s=1.0,
+                )
+            try:
+                return await sequences.infer(request)
+            except InvalidInput:
+                self.metrics.outcome("invalid")
+                raise
         if not self.ready:
             self.metrics.outcome("unavailable")
             raise Unavailable(
@@ -152,12 +177,14 @@ class ModelVersion:
         """Finish what is queued and running within ``drain_timeout_s`` in all, then close the
         instances side by side (a stuck worker's kill grace is paid once, not once per worker)."""
         self.state = VersionState.DRAINING
+        deadline = self._clock.now() + drain_timeout_s
+        if self.sequences is not None:  # its open sequences end here (new ones begin on its successor)
+            await self.sequences.drain(drain_timeout_s)
         if self.cache is not None:  # its answers leave with it
             self.cache.close()
         if self.health is not None:  # no probe or restart while the instances stop
             await self.health.aclose()
-        deadline = self._clock.now() + drain_timeout_s
-        await self.scheduler.drain(drain_timeout_s)
+        await self.scheduler.drain(max(0.0, deadline - self._clock.now()))
         await self.scheduler.aclose(timeout_s=max(0.0, deadline - self._clock.now()))
         await asyncio.gather(*(self._close_instance(instance) for instance in self.pool.instances))
         self.state = VersionState.UNLOADED

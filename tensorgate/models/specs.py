@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from tensorgate.config.model_config import DEFAULT_MAX_BATCH_SIZE, ModelConfig, TensorConfig
+from tensorgate.config.model_config import DEFAULT_MAX_BATCH_SIZE, DynamicBatching, ModelConfig, TensorConfig
 from tensorgate.errors import ModelLoadError
 from tensorgate.scheduling.batch_policy import BatchSettings
 from tensorgate.types import DataType, TensorSpec
@@ -80,7 +80,7 @@ def resolve_specs(
     if asked is None and config.dynamic_batching is not None:
         asked = config.dynamic_batching.max_batch_size
     if not batchable:
-        if config.dynamic_batching is not None or (asked or 0) > 0:
+        if config.dynamic_batching is not None or config.sequence_batching is not None or (asked or 0) > 0:
             log.warning(
                 "model %s has a fixed batch dimension, so requests cannot share a call: serving it unbatched "
                 "(one request per execution) although its configuration asks for batching",
@@ -101,6 +101,13 @@ def resolve_specs(
         inputs = (TensorSpec(first.name, first.datatype, full), *inputs[1:])
 
     db = config.dynamic_batching
+    sb = config.sequence_batching
+    if sb is not None:  # the sequence batcher batches requests of different sequences
+        strategy = sb.oldest or sb.direct
+        db = DynamicBatching(
+            max_queue_delay_ms=(strategy.max_queue_delay_microseconds / 1000.0) if strategy else 0.0,
+            preferred_batch_sizes=list(sb.oldest.preferred_batch_size) if sb.oldest else [],
+        )
     batching = db is not None and max_batch_size > 0
     # max_batch_size bounds one call of the model (and so one request); dynamic_batching's own
     # max_batch_size, when both are given, bounds the batches the scheduler forms (config checks it is not above).
@@ -116,3 +123,13 @@ def resolve_specs(
         adaptive_delay=db.adaptive_delay if db else True,
     )
     return ResolvedSpecs(inputs, outputs, max_batch_size, settings)
+
+
+def without(specs: ResolvedSpecs, inputs: frozenset[str], outputs: frozenset[str]) -> ResolvedSpecs:
+    """The specs a client sees: a sequence model's control and state tensors are the server's."""
+    return ResolvedSpecs(
+        tuple(s for s in specs.inputs if s.name not in inputs),
+        tuple(s for s in specs.outputs if s.name not in outputs),
+        specs.max_batch_size,
+        specs.batch,
+    )

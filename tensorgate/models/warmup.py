@@ -6,6 +6,7 @@ saw 15 ms become 200 ms). Warm-up moves that cost before readiness, so no client
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,17 +58,28 @@ def _from_file(path: Path, specs: tuple[TensorSpec, ...]) -> dict[str, Array]:
     return arrays
 
 
+# The tensors a model takes that no client sends (a sequence model's controls and state), for a
+# sample of this many rows.
+Extra = Callable[[int], dict[str, Array]]
+
+
 def build_sample(
-    sample: WarmupSample, specs: tuple[TensorSpec, ...], batched: bool, directory: Path
+    sample: WarmupSample, specs: tuple[TensorSpec, ...], batched: bool, directory: Path, extra: Extra | None = None
 ) -> dict[str, Array]:
     if sample.inputs == "file":
         assert sample.file is not None
         path = (directory / sample.file).resolve()
         if directory.resolve() not in path.parents:
             raise ModelLoadError(f"warm-up file {sample.file!r} must lie inside the model directory")
-        return _from_file(path, specs)
-    rng = np.random.default_rng(_SEED)
-    return {s.name: _synthesize(s, _shape(s, sample.batch_size, batched), sample.inputs, rng) for s in specs}
+        arrays = _from_file(path, specs)
+    else:
+        rng = np.random.default_rng(_SEED)
+        arrays = {s.name: _synthesize(s, _shape(s, sample.batch_size, batched), sample.inputs, rng) for s in specs}
+    if extra is not None:
+        first = next(iter(arrays.values()), None)
+        rows = first.shape[0] if batched and first is not None and first.ndim else 1
+        arrays.update(extra(rows))
+    return arrays
 
 
 async def warm_up(
@@ -76,12 +88,13 @@ async def warm_up(
     specs: tuple[TensorSpec, ...],
     batched: bool,
     directory: Path,
+    extra: Extra | None = None,
 ) -> dict[str, Array] | None:
     """Run every sample ``count`` times; returns what the first sample gave (the health probes'
     reference), None when there are no samples."""
     first: dict[str, Array] | None = None
     for sample in samples:
-        inputs = build_sample(sample, specs, batched, directory)
+        inputs = build_sample(sample, specs, batched, directory, extra)
         for _ in range(sample.count):
             try:
                 outputs = await instance.execute(inputs)
