@@ -47,6 +47,7 @@ dynamic_batching:
   max_queue_size: 32          # ~5 MB a queued image: an overload is refused (503), never buffered
 instance_group:
   - {count: 1, kind: cpu}
+health_check: {timeout_s: 20}       # an idle instance's probe runs one image; give a loaded host room
 warmup:                       # every batch size a request meets first, before the version is READY
   - {name: one, inputs: random, batch_size: 1, count: 2}
   - {name: two, inputs: random, batch_size: 2}
@@ -216,6 +217,7 @@ dynamic_batching:
   max_queue_size: 64          # ~600 KB a queued image
 instance_group:
   - {count: 1, kind: cpu}
+health_check: {timeout_s: 10}
 warmup:
   - {name: one, inputs: random, batch_size: 1, count: 2}
   - {name: two, inputs: random, batch_size: 2}
@@ -231,6 +233,7 @@ inputs: [{name: image, datatype: FP32, shape: [-1, 3, 224, 224]}]
 outputs: [{name: probabilities, datatype: FP32, shape: [-1, 1000]}]
 instance_group:
   - {count: 1, kind: cpu}
+health_check: {timeout_s: 20}  # torch runs this network several times slower than onnxruntime here
 warmup:
   - {name: one, inputs: random, batch_size: 1, count: 2}
   - {name: two, inputs: random, batch_size: 2}
@@ -317,6 +320,7 @@ outputs:
   - {name: logits, datatype: FP32, shape: [-1, 2]}
 instance_group:
   - {count: 1, kind: cpu}
+health_check: {timeout_s: 10}
 warmup:
   - {name: one, inputs: file, file: warmup1.json, count: 2}
   - {name: full, inputs: file, file: warmup8.json}
