@@ -221,6 +221,7 @@ class MLServer(Peer):
             "metrics_port": self.metrics_port,
             "debug": False,
             "parallel_workers": 0,
+            "grpc_max_message_length": 64 * 2**20,  # its default (4 MB) refuses the detector's 4.9 MB image
         }
         (self._work / "models" / "settings.json").write_text(json.dumps(server))
         mlserver = python.parent / "mlserver"

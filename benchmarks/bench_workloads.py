@@ -54,12 +54,13 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import psutil
+import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _naive import flask_baseline
 from _peers import MLServer, Peer, PyTriton, ensure_venv
-from _profile import pure_copy, pure_env
+from _profile import pure_copy, pure_env, record
 
 from tensorgate.examples.build import mlp_model
 from tensorgate.examples.workloads import built, sample_jpeg
@@ -313,9 +314,11 @@ def stats(url: str, model: str) -> dict[str, Any]:
 
 def configure(root: Path, model: str, extra: str) -> None:
     """Rewrite a model's configuration for the benchmark: the batching every server gets, the threads."""
-    text = (root / model / "config.yaml").read_text()
-    kept = [line for line in text.splitlines() if not line.startswith(("max_batch_size", "dynamic_batching"))]
-    (root / model / "config.yaml").write_text("\n".join(kept) + "\n" + extra)
+    path = root / model / "config.yaml"
+    config = yaml.safe_load(path.read_text()) or {}
+    config.pop("dynamic_batching", None)
+    config.update(yaml.safe_load(extra))
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def copy_model(root: Path, model: str, as_name: str, config: str) -> None:
@@ -671,6 +674,8 @@ def section_workload(
                     )
                 runs.append(this_round)
             pipeline = pipeline_cost(tg, root) if name == "yolov8" else None
+            if name == "yolov8":
+                pipeline = (pipeline or []) + v1_profile(tg, v1, seconds)
             overload = overload_run(tg, model, tensors, seconds) if name == "yolov8" else None
         finally:
             for peer in peers:
@@ -696,7 +701,10 @@ def warm_start(root: Path, model: str, tensors: Path, seconds: float) -> tuple[f
         rss = rss_mb(tree(server.process.pid))
         first = tg_bench("first", "tensorgate", server.url, model, "v2-binary", 0, 1, tensors, requests=1)
         steady = tg_bench("steady", "tensorgate", server.url, model, "v2-binary", seconds, 1, tensors)
-        records = server.log_records()
+        records = []  # the whole log: ServerProcess.log() keeps only its tail
+        for line in server.log_path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                records.append(json.loads(line))
     # The version turns READY only after its warm-up (models/version_loader.py); the server reports
     # ready once every model is READY: a "server ready" line before the model's "is warm" line would
     # be a readiness reported early.
@@ -761,6 +769,46 @@ def pipeline_cost(tg: ServerProcess, root: Path) -> list[str]:
         "whose request carries a 4.9 MB tensor where the pipeline's carries the JPEG.",
         "",
     ]
+
+
+def v1_profile(tg: ServerProcess, body: Path, seconds: float) -> list[str]:
+    """Where a V1 JSON request's time goes: py-spy on the server while hey sends the seed's 10 MB bodies."""
+    assert tg.process is not None
+    raw = Path(tempfile.mkdtemp()) / "v1.txt"
+    url = f"{tg.url}/v1/models/yolov8:predict"
+    try:
+        if not record(tg.process.pid, seconds, raw, lambda: hey_run("v1", "tensorgate", url, body, seconds, CLIENTS)):
+            return ["_py-spy could not sample the server: the V1 profile is missing._", ""]
+        loop: dict[str, int] = {}
+        threads: dict[str, int] = {}
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack:
+                continue
+            leaf = re.sub(r":\d+\)$", ")", stack.split(";")[-1])
+            leaf = re.sub(r"\(/.*/(site-packages|lib/python3\.\d+|tensorgate)/", "(", leaf)
+            into = threads if "_bootstrap" in stack else loop
+            into[leaf] = into.get(leaf, 0) + int(count)
+    finally:
+        shutil.rmtree(raw.parent, ignore_errors=True)
+    total = sum(loop.values()) + sum(threads.values())
+    if not total:
+        return ["_py-spy took no samples._", ""]
+    lines = [
+        f"#### Where a V1 JSON request's time goes (py-spy at 250 Hz on the server, hey -c {CLIENTS}, {seconds:g} s)",
+        "",
+        f"The event loop's thread had {sum(loop.values()) / total:.0%} of the samples and the instance and "
+        f"runtime threads {sum(threads.values()) / total:.0%}. The event loop's deepest Python frames (the "
+        "compiled modules are invisible to py-spy: their time counts in the nearest Python frame that calls "
+        "them, `run_asgi` for the HTTP app, where the V1 body is parsed into a tensor and the answer encoded):",
+        "",
+        "| frame (event loop) | share of all samples |",
+        "|---|---:|",
+    ]
+    for frame, count in sorted(loop.items(), key=lambda kv: -kv[1])[:8]:
+        lines.append(f"| `{frame}` | {count / total:.1%} |")
+    lines.append("")
+    return lines
 
 
 def overload_run(tg: ServerProcess, model: str, tensors: Path, seconds: float) -> list[str]:
