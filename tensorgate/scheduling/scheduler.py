@@ -383,7 +383,8 @@ class Scheduler:
                 if not batch:
                     self._pool.release(instance)
                     continue
-                self._queue.take(batch)
+                for item in batch:  # not a prefix of the queue's order: the others stay in theirs
+                    self._queue.remove(item)
                 self._dispatch(instance, batch, ReleaseReason.IDLE, now)
                 dispatched = True
         self._arm(self._queue.next_deadline)
