@@ -113,7 +113,11 @@ def _chunks(seed: int, count: int) -> list[np.ndarray]:
 
 
 async def _stream(
-    address: str, sequence_id: int, chunks: list[np.ndarray], model: str = "rnn", heard: asyncio.Queue[int] | None = None
+    address: str,
+    sequence_id: int,
+    chunks: list[np.ndarray],
+    model: str = "rnn",
+    heard: asyncio.Queue[int] | None = None,
 ) -> list[Any]:
     """One sequence over its own gRPC stream, one chunk in flight at a time: its answers in order
     (each also announced on ``heard``, when given)."""
@@ -184,9 +188,7 @@ async def test_a_worker_killed_mid_utterance_loses_no_utterance(recurrent_server
     chunks = {sequence_id: _chunks(sequence_id, 60) for sequence_id in range(100, 116)}
     restarts = await asyncio.to_thread(metric, recurrent_server.metrics_url, "tensorgate_instance_restarts_total")
     heard: asyncio.Queue[int] = asyncio.Queue()
-    streams = asyncio.gather(
-        *(_stream(recurrent_server.grpc_address, s, c, heard=heard) for s, c in chunks.items())
-    )
+    streams = asyncio.gather(*(_stream(recurrent_server.grpc_address, s, c, heard=heard) for s, c in chunks.items()))
     for _ in range(16 * 10):  # the utterances are a sixth of the way through when the kill lands
         await asyncio.wait_for(heard.get(), 30)
     victim = server.children()[0]
