@@ -13,6 +13,7 @@ import numpy as np
 from tensorgate.backends import triton_python
 from tensorgate.backends.base import Backend, LoadSpec, ResponseSink, declared_specs
 from tensorgate.backends.python_model import ModelContext, PythonModel, ResponseSender
+from tensorgate.backends.sequence_tensors import sequence_specs
 from tensorgate.errors import ModelLoadError
 from tensorgate.types import Array, DataType, TensorSpec
 
@@ -29,6 +30,12 @@ class PythonBackend(Backend):
     def load(self, spec: LoadSpec) -> None:
         self._inputs = declared_specs(spec.config.inputs, "inputs", spec, "a Python model")
         self._outputs = declared_specs(spec.config.outputs, "outputs", spec, "a Python model")
+        sequencing = spec.config.sequence_batching
+        if sequencing is not None:  # the tensors the server adds and keeps: the model takes and gives them
+            batched = (spec.config.max_batch_size or 0) > 0 or bool(self._inputs and self._inputs[0].shape[:1] == (-1,))
+            inputs, outputs = sequence_specs(sequencing, batched)
+            self._inputs += tuple(s for s in inputs if s.name not in {i.name for i in self._inputs})
+            self._outputs += tuple(s for s in outputs if s.name not in {o.name for o in self._outputs})
         module_name = f"tensorgate_user_model_{spec.model.replace('.', '_').replace('-', '_')}_{spec.version}"
         loader_spec = importlib.util.spec_from_file_location(module_name, spec.artifact)
         if loader_spec is None or loader_spec.loader is None:

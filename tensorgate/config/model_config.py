@@ -6,7 +6,7 @@ so operators can carry their habits over.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -24,10 +24,25 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Ragged(Strict):
+    """Requests whose tensors differ in a dynamic axis past the batch axis, batched together.
+
+    On an input: such requests share a batch, each padded with ``pad_value`` to the batch's longest
+    along those axes (never to the model's maximum). On an output: its dynamic axes past the batch
+    axis follow those of ``input`` (a ragged input), and each request's answer is cut back to its own
+    input's size along them. An output without ``ragged`` is returned as the model made it (a
+    pooled classifier's logits have no such axis).
+    """
+
+    pad_value: float = 0.0
+    input: str | None = None
+
+
 class TensorConfig(Strict):
     name: str
     datatype: str
     shape: list[int]
+    ragged: Ragged | None = None
 
     @field_validator("shape")
     @classmethod
@@ -251,6 +266,136 @@ class TrafficConfig(Strict):
         return self
 
 
+CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING")
+
+
+def _triton_type(value: str) -> str:
+    """A datatype as Triton's configs spell it (TYPE_FP32) or as ours do (FP32): kept as TYPE_*."""
+    return value if value.startswith("TYPE_") else f"TYPE_{value}"
+
+
+class SequenceControl(Strict):
+    """One control tensor's meaning and values (Triton's ``control``): the server fills it on every
+    request of a sequence."""
+
+    kind: Literal["CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_CORRID"]
+    int32_false_true: list[int] = Field(default_factory=list)
+    fp32_false_true: list[float] = Field(default_factory=list)
+    bool_false_true: list[bool] = Field(default_factory=list)
+    data_type: str | None = None  # CORRID only: the correlation id's type in the tensor
+
+    @field_validator("data_type")
+    @classmethod
+    def _spelling(cls, value: str | None) -> str | None:
+        return None if value is None else _triton_type(value)
+
+    @model_validator(mode="after")
+    def _values(self) -> SequenceControl:
+        given = [v for v in (self.int32_false_true, self.fp32_false_true, self.bool_false_true) if v]
+        if self.kind == "CONTROL_SEQUENCE_CORRID":
+            if given or self.data_type is None:
+                raise ValueError("a CONTROL_SEQUENCE_CORRID control has a data_type and no false/true values")
+            if self.data_type not in CORRID_TYPES:
+                raise ValueError(f"CONTROL_SEQUENCE_CORRID data_type must be one of {', '.join(CORRID_TYPES)}")
+            return self
+        if len(given) != 1 or len(given[0]) != 2:
+            raise ValueError(
+                f"a {self.kind} control has exactly one of int32_false_true, fp32_false_true or "
+                "bool_false_true, with two values (false, true)"
+            )
+        if self.data_type is not None:
+            raise ValueError(f"data_type is for CONTROL_SEQUENCE_CORRID, not {self.kind}")
+        return self
+
+
+class ControlInput(Strict):
+    name: str
+    control: list[SequenceControl] = Field(min_length=1, max_length=1)
+
+
+class InitialState(Strict):
+    name: str = ""
+    data_type: str
+    dims: list[int]
+    zero_data: bool = False
+    data_file: str | None = None  # under the version's initial_state/ directory, raw little-endian values
+
+    @field_validator("data_type")
+    @classmethod
+    def _spelling(cls, value: str) -> str:
+        return _triton_type(value)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InitialState:
+        if self.zero_data == (self.data_file is not None):
+            raise ValueError("an initial_state has either zero_data: true or a data_file")
+        if any(d < 1 for d in self.dims):
+            raise ValueError("an initial_state's dims are all fixed (positive)")
+        return self
+
+
+class SequenceState(Strict):
+    """Implicit state (Triton's ``state``): the model's output ``output_name`` of one request is
+    its input ``input_name`` on the sequence's next request; neither is sent by the client."""
+
+    input_name: str
+    output_name: str
+    data_type: str
+    dims: list[int]  # without the batch dimension; -1 where the model changes it
+    initial_state: list[InitialState] = Field(default_factory=list, max_length=1)
+
+    @field_validator("data_type")
+    @classmethod
+    def _spelling(cls, value: str) -> str:
+        return _triton_type(value)
+
+    @field_validator("initial_state", mode="before")
+    @classmethod
+    def _one_or_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _shape(self) -> SequenceState:
+        if not self.initial_state and any(d < 1 for d in self.dims):
+            raise ValueError(
+                f"state '{self.input_name}' has a dynamic dimension, so it needs an initial_state with fixed dims"
+            )
+        return self
+
+
+class DirectStrategy(Strict):
+    max_queue_delay_microseconds: int = Field(default=0, ge=0)
+    minimum_slot_utilization: float = Field(default=0.0, ge=0, le=1)
+
+
+class OldestStrategy(Strict):
+    max_candidate_sequences: int = Field(default=1024, ge=1)
+    preferred_batch_size: list[int] = Field(default_factory=list)
+    max_queue_delay_microseconds: int = Field(default=0, ge=0)
+    preserve_ordering: bool = False
+
+
+class SequenceBatching(Strict):
+    """Stateful sequences (Triton's ``sequence_batching``): requests that carry a ``sequence_id``
+    with ``sequence_start`` / ``sequence_end`` flags; neither strategy given means ``direct``."""
+
+    direct: DirectStrategy | None = None
+    oldest: OldestStrategy | None = None
+    # An idle sequence is ended and its state freed (Triton's default: one second).
+    max_sequence_idle_microseconds: int = Field(default=1_000_000, ge=1)
+    control_input: list[ControlInput] = Field(default_factory=list)
+    state: list[SequenceState] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_strategy(self) -> SequenceBatching:
+        if self.direct is not None and self.oldest is not None:
+            raise ValueError("sequence_batching takes one strategy: direct or oldest")
+        names = [c.name for c in self.control_input] + [s.input_name for s in self.state]
+        if len(set(names)) != len(names):
+            raise ValueError("control inputs and state inputs need distinct names")
+        return self
+
+
 class ModelTransactionPolicy(Strict):
     """Triton's ``model_transaction_policy``: ``decoupled: true`` lets the model send zero, one or many
     responses per request, each through a response sender, from ``execute`` or from a thread it starts
@@ -269,6 +414,7 @@ class ModelConfig(Strict):
     inputs: list[TensorConfig] | None = None
     outputs: list[TensorConfig] | None = None
     dynamic_batching: DynamicBatching | None = None
+    sequence_batching: SequenceBatching | None = None
     instance_group: list[InstanceGroup] = Field(default_factory=lambda: [InstanceGroup()])
     warmup: list[WarmupSample] = Field(default_factory=list)
     version_policy: VersionPolicy = Field(default_factory=VersionPolicy)
@@ -309,6 +455,36 @@ class ModelConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _ragged(self) -> ModelConfig:
+        ragged_inputs = {t.name for t in self.inputs or [] if t.ragged is not None}
+        for tensor in self.inputs or []:
+            if tensor.ragged is None:
+                continue
+            if tensor.ragged.input is not None:
+                raise ValueError(f"input '{tensor.name}': ragged.input is for outputs (the input they follow)")
+            if tensor.datatype.upper() in ("BYTES", "STRING", "TYPE_STRING"):
+                raise ValueError(
+                    f"input '{tensor.name}': a ragged input holds numbers (padding a BYTES tensor means nothing)"
+                )
+            if -1 not in tensor.shape[1:]:
+                raise ValueError(f"input '{tensor.name}' is ragged but has no dynamic axis past the batch axis")
+        for tensor in self.outputs or []:
+            if tensor.ragged is None:
+                continue
+            if tensor.ragged.input not in ragged_inputs:
+                raise ValueError(
+                    f"output '{tensor.name}': ragged.input must name a ragged input "
+                    f"(ragged inputs: {sorted(ragged_inputs) or 'none'})"
+                )
+        if ragged_inputs and self.backend == "pipeline":
+            raise ValueError("ragged is for a model that batches; a pipeline's steps batch by their own configuration")
+        return self
+
+    def ragged_pads(self) -> dict[str, float]:
+        """The ragged inputs and their pad values: what a batch pads shorter requests with."""
+        return {t.name: t.ragged.pad_value for t in self.inputs or [] if t.ragged is not None}
+
+    @model_validator(mode="after")
     def _no_cache_for_sampling(self) -> ModelConfig:
         if self.response_cache.enable and self.backend == "llm":
             raise ValueError(
@@ -327,12 +503,26 @@ class ModelConfig(Strict):
             )
         if self.response_cache.enable:
             raise ValueError("response_cache cannot be enabled for a decoupled model: it answers with a stream")
+        if self.sequence_batching is not None:
+            raise ValueError("a decoupled model cannot have sequence_batching here yet: serve it with dynamic_batching")
         return self
 
     @model_validator(mode="after")
     def _residency(self) -> ModelConfig:
         if self.model_residency == "on_demand" and self.backend in ALWAYS_RESIDENT:
             raise ValueError(f"model_residency on_demand is not for the {self.backend} backend: it stays resident")
+        return self
+
+    @model_validator(mode="after")
+    def _one_scheduler(self) -> ModelConfig:
+        if self.sequence_batching is not None:
+            if self.dynamic_batching is not None:
+                raise ValueError("a model has dynamic_batching or sequence_batching, not both")
+            if self.backend in ("llm", "pipeline"):
+                raise ValueError(
+                    f"sequence_batching is not for the {self.backend} backend (a pipeline passes its "
+                    "requests' sequence parameters on to its steps)"
+                )
         return self
 
     @model_validator(mode="after")

@@ -55,6 +55,8 @@ class Instance(abc.ABC):
         self._batches: set[asyncio.Task[dict[str, Array]]] = set()  # referenced until done
         # Taken out of rotation by its health checks (instances/health.py), alive or not.
         self.ejected = False
+        # The ragged inputs' pad values: a batch pads shorter requests' rows with them (batch_tensors).
+        self.pads: Mapping[str, float] = {}
         # The model answers each request with any number of responses (run_decoupled), not one.
         self.decoupled = False
 
@@ -118,7 +120,7 @@ class Instance(abc.ABC):
 
     async def _execute_parts(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
         """The batch the parts make; an instance that can merge them on the way to its device overrides it."""
-        return await self.execute(merge_inputs(parts))
+        return await self.execute(merge_inputs(parts, self.pads))
 
     async def first_response(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         """``execute`` for a decoupled model (a warm-up, a health probe): ``inputs`` as one request,

@@ -63,6 +63,13 @@ class InstancePool:
         self._busy.add(fallback)
         return fallback
 
+    def take(self, instance: Instance) -> bool:
+        """Take this one instance for work if it is idle and in rotation."""
+        if instance in self._busy or not instance.available:
+            return False
+        self._busy.add(instance)
+        return True
+
     def acquire_for_probe(self, instance: Instance) -> bool:
         """Take this one instance for a health probe if it is idle and alive, in rotation or not."""
         if instance in self._busy or not instance.healthy:

@@ -225,7 +225,7 @@ class ProcessInstance(Instance):
         if not self._running or self._writer is None or self._inputs is None or self._outputs is None:
             raise InstanceDied(f"worker {self.name} is not running")
         self._seq = (self._seq + 1) & 0xFFFFFFFF
-        described = write_batch(self._inputs, parts)
+        described = write_batch(self._inputs, parts, self.pads)
         frame = await self._exchange({"tensors": described})
         if frame.kind is not Kind.RESULT:
             raise InstanceDied(f"worker {self.name} answered out of turn")
@@ -241,7 +241,7 @@ class ProcessInstance(Instance):
         if not self._running or self._writer is None or self._inputs is None or self._outputs is None:
             raise InstanceDied(f"worker {self.name} is not running")
         self._seq = seq = (self._seq + 1) & 0xFFFFFFFF
-        described = write_batch(self._inputs, parts)
+        described = write_batch(self._inputs, parts, self.pads)
         for index, channel in enumerate(channels):
             key = (seq, index)
             self._streams[key] = channel

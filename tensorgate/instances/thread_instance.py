@@ -164,7 +164,7 @@ class ThreadInstance(Instance):
                 self.on_health_change(self, self.available)
 
     def _merge_and_run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
-        return self._run_model(merge_inputs(parts))
+        return self._run_model(merge_inputs(parts, self.pads))
 
     def _run_decoupled(self, job: tuple[Sequence[Mapping[str, Array]], list[LoopSink]]) -> dict[str, Array]:
         """On the worker thread: the model's execute, which answers through the sinks."""

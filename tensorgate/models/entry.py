@@ -10,6 +10,7 @@ from tensorgate.models.memory_budget import Residence
 from tensorgate.models.servable import Servable, VersionStatus
 from tensorgate.models.traffic import TrafficState
 from tensorgate.repository.source import ModelSource
+from tensorgate.scheduling.sequences import SequenceTable
 
 # What a version was loaded from: its files' revision and the configuration that matters to a load.
 LoadedFrom = tuple[str, ModelConfig]
@@ -30,6 +31,8 @@ class ModelEntry:
     generations: dict[int, int] = field(default_factory=dict)  # loads of each version number so far
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     residence: Residence = field(default_factory=Residence)  # memory residency (models/memory_budget.py)
+    # A sequence model's open sequences across its versions (scheduling/sequences.py).
+    sequences: SequenceTable | None = None
 
     def latest_ready(self) -> Servable | None:
         """The highest READY version; a loop rather than a sort, because every request asks."""

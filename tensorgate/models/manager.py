@@ -27,6 +27,7 @@ from tensorgate.config.model_config import ModelConfig, VersionPolicy
 from tensorgate.errors import ModelLoadError
 from tensorgate.models.entry import LoadedFrom, ModelEntry
 from tensorgate.models.memory_budget import MemoryBudget, NoRoom, Residence
+from tensorgate.models.model_version import ModelVersion
 from tensorgate.models.pipeline import StepRunner
 from tensorgate.models.response_cache import ResponseCache, VersionCache
 from tensorgate.models.rollout import RolloutState
@@ -37,6 +38,7 @@ from tensorgate.observability.metrics import Metrics
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.repository.source import ModelSource, VersionSource
 from tensorgate.repository.version_policy import served_versions
+from tensorgate.scheduling.sequences import Sequence, SequenceTable
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +217,11 @@ class ModelManager:
             self.memory.release(entry, version)
             return "the server is shutting down"
         entry.failed.pop(number, None)
+        if isinstance(version, ModelVersion) and version.sequencing is not None:
+            if entry.sequences is None:
+                entry.sequences = SequenceTable(name, self.clock, _sequence_ended)
+            entry.sequences.idle_after(_idle_s)
+            version.attach_sequences(entry.sequences)
         if source.config.response_cache.enable:
             self._attach_cache(version)
         version.state = status.state = VersionState.READY
@@ -333,3 +340,13 @@ class ModelManager:
         await asyncio.gather(*(v.aclose(drain_timeout_s) for v in versions))
         if self._background:  # drains of replaced versions, bounded by what is left of the timeout
             await asyncio.wait(set(self._background), timeout=max(0.0, deadline - self.clock.now()))
+
+
+def _sequence_ended(sequence: Sequence, reason: str) -> None:
+    sequence.servable.metrics.sequence_ended(reason)
+
+
+def _idle_s(sequence: Sequence) -> float:
+    """How long a sequence may stay idle: its version's ``max_sequence_idle_microseconds``."""
+    settings = getattr(sequence.servable, "sequencing", None)
+    return float("inf") if settings is None else float(settings.idle_s)

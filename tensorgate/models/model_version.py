@@ -18,12 +18,14 @@ from tensorgate.instances.base import Instance
 from tensorgate.instances.health import HealthMonitor
 from tensorgate.instances.pool import InstancePool
 from tensorgate.models.response_cache import VersionCache
+from tensorgate.models.sequence_runner import SequenceRunner, SequenceSettings
 from tensorgate.models.servable import InstanceView, VersionState
 from tensorgate.models.specs import ResolvedSpecs
 from tensorgate.models.validation import TensorRules
 from tensorgate.observability.metrics import VersionMetrics
 from tensorgate.observability.tracing import NOOP_TRACER, Tracer
 from tensorgate.scheduling.scheduler import QueueSettings, Scheduler
+from tensorgate.scheduling.sequences import SequenceTable
 from tensorgate.scheduling.statistics import InferenceStatistics
 from tensorgate.types import InferRequest, InferResponse, ModelMetadata
 
@@ -51,7 +53,8 @@ class ModelVersion:
         self.serial = next(serials)  # this loaded copy, apart from any other load of the same version
         self.platform = platform
         self.specs = specs
-        self.rules = TensorRules(name, specs.inputs, specs.outputs, specs.max_batch_size)
+        self.rules = TensorRules(name, specs.inputs, specs.outputs, specs.max_batch_size, specs.ragged_inputs)
+        self._cuts = specs.ragged_outputs
         self.pool = pool
         self.state = VersionState.WARMING
         self.metrics = metrics
@@ -59,8 +62,17 @@ class ModelVersion:
         self.scheduler = Scheduler(name, version, pool, specs.batch, queue, clock, metrics, tracer)
         self.health: HealthMonitor | None = None  # the instances' health checks, started when it serves
         self.cache: VersionCache | None = None  # the response cache, where the model enables it
+        self.sequencing: SequenceSettings | None = None  # a sequence model's controls, state, strategy
+        self.sequences: SequenceRunner | None = None  # its requests' path, once the model's table is attached
         # Any number of responses per request (model_transaction_policy): served by stream, not infer.
         self.decoupled = decoupled
+
+    def attach_sequences(self, table: SequenceTable) -> None:
+        """A sequence model's version joins its model's table of open sequences."""
+        assert self.sequencing is not None
+        self.sequences = SequenceRunner(
+            self.name, self, table, self.sequencing, self.scheduler, self.pool, self.rules, self.metrics
+        )
 
     @property
     def ready(self) -> bool:
@@ -123,8 +135,32 @@ class ModelVersion:
                 f"model '{self.name}' is decoupled (it may answer a request with any number of responses): "
                 "call it through gRPC ModelStreamInfer or HTTP generate_stream"
             )
+        sequences = self.sequences
+        if sequences is not None:
+            # A retired version still serves the sequences that began on it, to their end.
+            if not self.ready and not (self.state is VersionState.DRAINING and sequences.continues_here(request)):
+                self.metrics.outcome("unavailable")
+                raise Unavailable(
+                    f"model '{self.name}' version {self.version} is not ready ({self.state.value})",
+                    retry_after_s=1.0,
+                )
+            try:
+                return await sequences.infer(request)
+            except InvalidInput:
+                self.metrics.outcome("invalid")
+                raise
         rows, key = self._admissible(request)
         cache = self.cache
+        if self._cuts:
+            if cache is None:
+                return await self._submit_cut(request, rows, key)
+            return await cache.infer(
+                request,
+                lambda: self._submit_cut(request, rows, key),
+                self.name,
+                self.version,
+                on_hit=self.count_cache_hit,
+            )
         if cache is None:
             return await self.scheduler.submit(request, rows, key)
         return await cache.infer(
@@ -159,8 +195,30 @@ class ModelVersion:
             raise InvalidInput(f"model '{self.name}' answers each request once; it does not stream")
         rows, key = self._admissible(request)
         channel = ResponseChannel()
-        run = self.scheduler.submit(request, rows, key, channel)
+        run = self.scheduler.submit(request, rows, key, channel=channel)
         return ResponseStream(channel, run, self.name, self.version, request.id, request.outputs)
+
+    async def _submit_cut(self, request: InferRequest, rows: int, key: tuple[tuple[int, ...], ...]) -> InferResponse:
+        """A model with outputs that follow a ragged input: the answer cut back to its own request's size."""
+        response = await self.scheduler.submit(request, rows, key)
+        outputs = dict(response.outputs)
+        for output, source, axes in self._cuts:
+            array = outputs.get(output)
+            if array is None:
+                continue
+            sizes = request.inputs[source].shape
+            if any(array.shape[axis] > sizes[axis] for axis in axes):
+                cut = tuple(slice(0, sizes[axis]) if axis in axes else slice(None) for axis in range(array.ndim))
+                outputs[output] = array[cut]  # a view: the padded rows are never copied
+        return InferResponse(
+            response.model,
+            response.version,
+            outputs,
+            response.id,
+            response.parameters,
+            response.queue_s,
+            response.compute_s,
+        )
 
     def count_cache_hit(self, elapsed_ns: int) -> None:
         """A request answered from the response cache, ``elapsed_ns`` after it reached the cache: a
@@ -178,12 +236,14 @@ class ModelVersion:
         """Finish what is queued and running within ``drain_timeout_s`` in all, then close the
         instances side by side (a stuck worker's kill grace is paid once, not once per worker)."""
         self.state = VersionState.DRAINING
+        deadline = self._clock.now() + drain_timeout_s
+        if self.sequences is not None:  # its open sequences end here (new ones begin on its successor)
+            await self.sequences.drain(drain_timeout_s)
         if self.cache is not None:  # its answers leave with it
             self.cache.close()
         if self.health is not None:  # no probe or restart while the instances stop
             await self.health.aclose()
-        deadline = self._clock.now() + drain_timeout_s
-        await self.scheduler.drain(drain_timeout_s)
+        await self.scheduler.drain(max(0.0, deadline - self._clock.now()))
         await self.scheduler.aclose(timeout_s=max(0.0, deadline - self._clock.now()))
         await asyncio.gather(*(self._close_instance(instance) for instance in self.pool.instances))
         self.state = VersionState.UNLOADED

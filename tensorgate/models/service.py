@@ -30,7 +30,7 @@ from tensorgate.version import __version__
 
 SERVER_NAME = "tensorgate"
 SERVER_VERSION = __version__
-EXTENSIONS = ("binary_tensor_data", "schedule_policy", "statistics", "model_repository")
+EXTENSIONS = ("binary_tensor_data", "schedule_policy", "sequence", "statistics", "model_repository")
 
 # Reads one request header (gRPC: metadata key) by its lower-case name: how a protocol hands the
 # service a sticky key without the service knowing where it came from.

@@ -95,6 +95,14 @@ class Target:
             residence.last_used = self._clock.now()
 
     async def _run(self, servable: Servable, request: InferRequest) -> InferResponse:
+        sequences = self._entry.sequences
+        if sequences is not None and not request.parameters.get("sequence_start"):
+            # A request that continues a sequence runs where the sequence began, on a version a
+            # hot reload has retired too: only new sequences start on the newest.
+            sequence_id = request.parameters.get("sequence_id")
+            sequence = sequences.get(sequence_id) if isinstance(sequence_id, (int, str)) else None
+            if sequence is not None:
+                servable = sequence.servable
         traffic = self._entry.traffic
         if traffic is None:
             return await servable.infer(request)

@@ -24,8 +24,9 @@ from tensorgate.instances.pool import InstancePool
 from tensorgate.models.generative import load_generative_version
 from tensorgate.models.model_version import ModelVersion
 from tensorgate.models.pipeline import PipelineVersion, StepRunner, check_steps
+from tensorgate.models.sequence_runner import check_model_tensors, sequence_settings
 from tensorgate.models.servable import Servable, VersionState, VersionStatus
-from tensorgate.models.specs import resolve_specs
+from tensorgate.models.specs import resolve_specs, without
 from tensorgate.models.warmup import build_sample, warm_up
 from tensorgate.observability.metrics import Metrics
 from tensorgate.observability.tracing import Tracer
@@ -148,6 +149,13 @@ async def _build_batching(
         specs = resolve_specs(
             name, first.input_specs(), first.output_specs(), source.config, source.request_input_shape
         )
+        sequencing = None
+        if source.config.sequence_batching is not None:
+            sequencing = sequence_settings(
+                source.config.sequence_batching, specs.max_batch_size, len(instances), vsource.directory
+            )
+            check_model_tensors(name, sequencing, first.input_specs(), first.output_specs())
+            specs = without(specs, sequencing.hidden_inputs, sequencing.hidden_outputs)
         vmetrics = metrics.for_version(name, version)
         metrics.load_seconds.labels(name, str(version)).observe(clock.now() - started)
         model_version = ModelVersion(
@@ -168,6 +176,7 @@ async def _build_batching(
             specs=specs.inputs,
             batched=specs.max_batch_size > 0,
             directory=vsource.directory,
+            extra=None if sequencing is None else sequencing.warmup_tensors,
         )
         # Wired before the warm-up: a worker that dies warming up is restarted, warmed and
         # counted like one that dies serving.
@@ -177,6 +186,8 @@ async def _build_batching(
         warm_started = clock.now()
         reference = await _warm_all(instances, warm)
         metrics.warmup_seconds.labels(name, str(version)).observe(clock.now() - warm_started)
+        if sequencing is not None:
+            model_version.sequencing = sequencing
         if source.config.health_check.enabled:
             _monitor(model_version, source, vsource, reference)
     except BaseException:  # a failed load, or a cancelled one (shutdown): nothing it started survives it
@@ -204,7 +215,8 @@ def _monitor(
     say which outputs must stay finite."""
     samples = source.config.warmup
     batched = version.specs.max_batch_size > 0
-    sample = build_sample(samples[0], version.specs.inputs, batched, vsource.directory) if samples else None
+    extra = None if version.sequencing is None else version.sequencing.warmup_tensors
+    sample = build_sample(samples[0], version.specs.inputs, batched, vsource.directory, extra) if samples else None
     monitor = HealthMonitor(
         f"{version.name}/{version.version}",
         version.pool,
@@ -216,7 +228,8 @@ def _monitor(
     )
     version.health = version.scheduler.health = monitor
     checks = source.config.health_check
-    if checks.enabled and checks.hang_detection:
+    # A sequence's requests are never hedged: two runs of one would race to write its state.
+    if checks.enabled and checks.hang_detection and source.config.sequence_batching is None:
         version.scheduler.pace = Pace(checks.hang_floor_s, checks.hang_factor, checks.batch_timeout_s)
 
 

@@ -6,6 +6,9 @@ saw 15 ms become 200 ms). Warm-up moves that cost before readiness, so no client
 
 from __future__ import annotations
 
+import base64
+import binascii
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,10 @@ def _synthesize(spec: TensorSpec, shape: tuple[int, ...], kind: str, rng: np.ran
 
 
 def _from_file(path: Path, specs: tuple[TensorSpec, ...]) -> dict[str, Array]:
-    """A JSON file of ``{"<input>": {"data": [...], "shape": [...]}}`` beside config.yaml."""
+    """A JSON file of ``{"<input>": {"data": [...], "shape": [...]}}`` in the version's directory.
+
+    A BYTES input may give its elements as ``"data_base64": [...]`` instead: binary elements (an
+    encoded image) have no JSON string of their own."""
     try:
         document: Any = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
@@ -48,26 +54,52 @@ def _from_file(path: Path, specs: tuple[TensorSpec, ...]) -> dict[str, Array]:
     arrays = {}
     for spec in specs:
         entry = document.get(spec.name) if isinstance(document, dict) else None
-        if not isinstance(entry, dict) or "data" not in entry:
+        if isinstance(entry, dict) and "data_base64" in entry and spec.datatype is DataType.BYTES:
+            array = _base64_elements(entry["data_base64"], path.name, spec.name)
+        elif not isinstance(entry, dict) or "data" not in entry:
             raise ModelLoadError(f"warm-up file {path.name} has no data for input '{spec.name}'")
-        array = np.asarray(entry["data"], dtype=spec.datatype.numpy)
+        else:
+            array = np.asarray(entry["data"], dtype=spec.datatype.numpy)
         if "shape" in entry:
             array = array.reshape(entry["shape"])
         arrays[spec.name] = array
     return arrays
 
 
+def _base64_elements(elements: Any, file: str, name: str) -> Array:
+    if not isinstance(elements, list) or not all(isinstance(e, str) for e in elements):
+        raise ModelLoadError(f"warm-up file {file}: data_base64 of input '{name}' must be a list of strings")
+    try:
+        decoded = [base64.b64decode(e, validate=True) for e in elements]
+    except binascii.Error as exc:
+        raise ModelLoadError(f"warm-up file {file}: data_base64 of input '{name}' is not base64 ({exc})") from None
+    array = np.empty(len(decoded), dtype=object)
+    array[:] = decoded
+    return array
+
+
+# The tensors a model takes that no client sends (a sequence model's controls and state), for a
+# sample of this many rows.
+Extra = Callable[[int], dict[str, Array]]
+
+
 def build_sample(
-    sample: WarmupSample, specs: tuple[TensorSpec, ...], batched: bool, directory: Path
+    sample: WarmupSample, specs: tuple[TensorSpec, ...], batched: bool, directory: Path, extra: Extra | None = None
 ) -> dict[str, Array]:
     if sample.inputs == "file":
         assert sample.file is not None
         path = (directory / sample.file).resolve()
         if directory.resolve() not in path.parents:
             raise ModelLoadError(f"warm-up file {sample.file!r} must lie inside the model directory")
-        return _from_file(path, specs)
-    rng = np.random.default_rng(_SEED)
-    return {s.name: _synthesize(s, _shape(s, sample.batch_size, batched), sample.inputs, rng) for s in specs}
+        arrays = _from_file(path, specs)
+    else:
+        rng = np.random.default_rng(_SEED)
+        arrays = {s.name: _synthesize(s, _shape(s, sample.batch_size, batched), sample.inputs, rng) for s in specs}
+    if extra is not None:
+        first = next(iter(arrays.values()), None)
+        rows = first.shape[0] if batched and first is not None and first.ndim else 1
+        arrays.update(extra(rows))
+    return arrays
 
 
 async def warm_up(
@@ -76,12 +108,13 @@ async def warm_up(
     specs: tuple[TensorSpec, ...],
     batched: bool,
     directory: Path,
+    extra: Extra | None = None,
 ) -> dict[str, Array] | None:
     """Run every sample ``count`` times; returns what the first sample gave (the health probes'
     reference), None when there are no samples."""
     first: dict[str, Array] | None = None
     for sample in samples:
-        inputs = build_sample(sample, specs, batched, directory)
+        inputs = build_sample(sample, specs, batched, directory, extra)
         for _ in range(sample.count):
             try:
                 outputs = await instance.execute(inputs)

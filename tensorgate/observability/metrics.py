@@ -136,6 +136,17 @@ class Metrics:
                 [*mv, "side"],
             )
         )
+        self.sequences_open = r(
+            Gauge("tensorgate_sequences_open", "Sequences in progress (sequence_batching models).", mv)
+        )
+        self.sequences_ended = r(
+            Counter(
+                "tensorgate_sequences_ended",
+                "Sequences ended, by why: end (its last request), idle (max_sequence_idle_microseconds), "
+                "failed (its first request failed), unloaded.",
+                [*mv, "reason"],
+            )
+        )
         self.suspect_batches = r(
             Counter(
                 "tensorgate_suspect_batches",
@@ -409,6 +420,13 @@ class VersionMetrics:
 
     def instance_probe(self, instance: str, ok: bool) -> None:
         self.metrics.instance_probes.labels(self.model, self.version, instance, "ok" if ok else "failed").inc()
+
+    def sequence_started(self) -> None:
+        self.metrics.sequences_open.labels(self.model, self.version).inc()
+
+    def sequence_ended(self, reason: str) -> None:
+        self.metrics.sequences_open.labels(self.model, self.version).dec()
+        self.metrics.sequences_ended.labels(self.model, self.version, reason).inc()
 
     def hedged(self) -> None:
         self.metrics.hedged_batches.labels(self.model, self.version).inc()

@@ -34,6 +34,7 @@ class Pending:
     # The suspect batch (scheduler.RunningBatch) this request was hedged from: a copy of it waits
     # or runs elsewhere, and the first answer wins.
     hedge_of: Any = None
+    bound: Any = None  # the instance its sequence is bound to (a direct sequence batcher), if any
     # Its place in a fair queue: the virtual time its tenant's turn starts (queue_order.FairLevel).
     tag: float = 0.0
     # A decoupled model's request: where its responses go. It ends when the channel does, which may
@@ -68,6 +69,7 @@ class Pending:
         self.failed_alone = None
         self.own_key = None
         self.hedge_of = None
+        self.bound = None
         self.tag = 0.0
         self.channel = None
 

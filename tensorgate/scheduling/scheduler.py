@@ -143,6 +143,8 @@ class Scheduler:
         # in a row each has run past it.
         self.pace: Pace | None = None
         self._suspects: dict[Instance, int] = {}
+        # Requests bound to an instance (a direct sequence batcher) are batched per instance.
+        self.affinity = False
         # A decoupled model's requests that are admitted and not ended: drain waits for them, and
         # closing ends what is left.
         self._streams: set[Pending] = set()
@@ -163,9 +165,11 @@ class Scheduler:
         request: InferRequest,
         rows: int,
         shape_key: tuple[tuple[int, ...], ...],
+        bound: Instance | None = None,
         channel: ResponseChannel | None = None,
     ) -> InferResponse:
-        """Admit, wait for the batch that carries this request, and return its own outputs.
+        """Admit, wait for the batch that carries this request, and return its own outputs. A
+        ``bound`` request runs on that instance while it is in rotation (``affinity``).
 
         With a ``channel`` (a decoupled model) the responses go there instead, and this returns (an
         answer with no outputs) or raises once the channel has ended: the deadline and the client's
@@ -191,6 +195,7 @@ class Scheduler:
             deadline=deadline,
             future=loop.create_future(),
         )
+        item.bound = bound
         try:
             if deadline is not None and self._deadline_admission:
                 self._check_deadline(item, deadline - now)
@@ -358,6 +363,9 @@ class Scheduler:
                 waited_ms = ((item.deadline or now) - item.arrival) * 1000
                 message = f"request to model '{self.model}' exceeded its deadline of {waited_ms:.0f} ms in the queue"
                 settle(item.future, DeadlineExceeded(message))
+            if self.affinity:
+                self._pump_bound(now)
+                return
             hold_below = math.inf if self.batch_cost is None or not self._adaptive else self.batch_cost.hold_below_rows
             while True:
                 decision = decide(
@@ -378,6 +386,44 @@ class Scheduler:
         except Exception:  # the exception boundary: a policy bug must not strand the queue
             log.exception("scheduler for %s/%s failed to dispatch", self.model, self.version)
             self._answer_queue(lambda: InternalError("the scheduler failed; see the server log"))
+
+    def _pump_bound(self, now: float) -> None:
+        """Dispatch for bound requests: each idle instance takes the oldest requests bound to it
+        (or to an instance out of rotation, whose sequences any instance may run, their state being
+        the server's), of one shape, up to a full batch, at once. Requests for a busy instance do not
+        hold up those behind them for another."""
+        dispatched = True
+        while dispatched and len(self._queue):
+            dispatched = False
+            for instance in self._pool.instances:
+                if not self._pool.take(instance):
+                    continue
+                batch = self._bound_batch(instance)
+                if not batch:
+                    self._pool.release(instance)
+                    continue
+                for item in batch:  # not a prefix of the queue's order: the others stay in theirs
+                    self._queue.remove(item)
+                self._dispatch(instance, batch, ReleaseReason.IDLE, now)
+                dispatched = True
+        self._arm(self._queue.next_deadline)
+        self._publish_depth()
+
+    def _bound_batch(self, instance: Instance) -> list[Pending]:
+        batch: list[Pending] = []
+        rows = 0
+        limit = self._batch.max_rows if self._batch.batching else 1
+        for item in self._queue.in_order():
+            bound = item.bound
+            if bound is not None and bound is not instance and bound.available:
+                continue
+            if batch and item.shape_key != batch[0].shape_key:
+                continue
+            if batch and rows + item.rows > max(limit, 1):
+                break
+            batch.append(item)
+            rows += item.rows
+        return batch
 
     def _publish_depth(self) -> None:
         for level, gauge in enumerate(self._depth_gauges, start=1):

@@ -71,7 +71,7 @@ class Setup:
     def stream(self, value: float, **kwargs: object) -> ResponseStream:
         request = InferRequest(model="m", inputs={"x": np.full((1, 2), value, np.float32)}, **kwargs)  # type: ignore[arg-type]
         channel = ResponseChannel()
-        return ResponseStream(channel, self.scheduler.submit(request, 1, ((2,),), channel), "m", 1)
+        return ResponseStream(channel, self.scheduler.submit(request, 1, ((2,),), channel=channel), "m", 1)
 
     def metric(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, {"model": "m", "version": "1", **labels}) or 0.0
