@@ -20,13 +20,18 @@ from tensorgate.types import Array
 class LoopSink:
     """The sink of one request (``backends.base.ResponseSink``), for a model in this process."""
 
-    __slots__ = ("_channel", "_loop")
+    __slots__ = ("_channel", "_loop", "revoked")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, channel: ResponseChannel) -> None:
         self._loop = loop
         self._channel = channel
+        # Its batch was given up (a hung thread, a reload): the request may run again elsewhere, and
+        # whatever the abandoned call still sends must not reach its channel twice.
+        self.revoked = False
 
     def send(self, outputs: Mapping[str, Array] | None, error: str | None, final: bool) -> None:
+        if self.revoked:
+            return
         # An error the model sends reaches the client in the model's own words, as in Triton.
         event = StreamEvent(outputs, None if error is None else InternalError(error), final)
         try:

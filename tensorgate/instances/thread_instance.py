@@ -147,7 +147,14 @@ class ThreadInstance(Instance):
     ) -> None:
         loop = asyncio.get_running_loop()
         sinks = [LoopSink(loop, channel) for channel in channels]
-        self._on_thread(self._run_decoupled, (parts, sinks), on_done)
+
+        def done(outputs: dict[str, Array] | None, error: BaseException | None) -> None:
+            if isinstance(error, InstanceDied):  # given up on: a retry may run it elsewhere
+                for sink in sinks:
+                    sink.revoked = True
+            on_done(outputs, error)
+
+        self._on_thread(self._run_decoupled, (parts, sinks), done)
 
     def _on_thread(self, fn: Callable[[Any], Any], arg: Any, on_done: BatchDone) -> None:
         """Run one batch's ``fn(arg)`` on the thread, watched for hangs; ``on_done`` reports its end."""
