@@ -18,6 +18,7 @@ def test_public_api_is_pinned_and_sorted() -> None:
         "ManualClock",
         "ModelConfig",
         "ModelContext",
+        "ModelError",
         "MonotonicClock",
         "PythonModel",
         "ResponseSender",

@@ -12,7 +12,7 @@ import numpy as np
 
 from tensorgate.backends import triton_python
 from tensorgate.backends.base import Backend, LoadSpec, ResponseSink, declared_specs
-from tensorgate.backends.python_model import ModelContext, PythonModel, ResponseSender
+from tensorgate.backends.python_model import ModelContext, ModelError, PythonModel, ResponseSender
 from tensorgate.backends.sequence_tensors import sequence_specs
 from tensorgate.errors import ModelLoadError
 from tensorgate.types import Array, DataType, TensorSpec
@@ -103,7 +103,7 @@ class PythonBackend(Backend):
         assert self._model is not None, "execute before load"
         results = self._model.execute(inputs)
         if not isinstance(results, Mapping):
-            raise TypeError(f"execute returned {type(results).__name__}, not a dict of output arrays")
+            raise ModelError(f"execute returned {type(results).__name__}, not a dict of output arrays")
         return {spec.name: _declared(spec, results) for spec in self._outputs}
 
     def execute_decoupled(self, parts: Sequence[Mapping[str, Array]], sinks: Sequence[ResponseSink]) -> None:
@@ -126,11 +126,11 @@ class PythonBackend(Backend):
         """One response of a decoupled model: each output it carries is declared and of its datatype
         (a response may carry some of the outputs, as Triton's may)."""
         if not isinstance(outputs, Mapping):
-            raise TypeError(f"outputs must be a dict of arrays by output name, not {type(outputs).__name__}")
+            raise ModelError(f"outputs must be a dict of arrays by output name, not {type(outputs).__name__}")
         declared = {spec.name: spec for spec in self._outputs}
         unknown = sorted(str(name) for name in outputs if name not in declared)
         if unknown:
-            raise ValueError(f"the response carries output(s) {unknown} that the model does not declare")
+            raise ModelError(f"the response carries output(s) {unknown} that the model does not declare")
         return {name: _declared(declared[name], outputs) for name in declared if name in outputs}
 
     def close(self) -> None:
@@ -143,22 +143,22 @@ def _declared(spec: TensorSpec, results: Mapping[str, object]) -> Array:
     """One output as config.yaml declares it: present, and of its datatype (numbers cast within their kind).
 
     Checked here, on the instance, so a model that returns the wrong thing fails with a message that
-    names the output instead of breaking the batch split or the encoder further down. Always a copy:
+    names the output (a ModelError: the client reads it too, as Triton's would) instead of breaking the batch split or the encoder further down. Always a copy:
     a model may write its answers into a buffer it reuses on the next call, and the scheduler hands
     the instance its next batch while this one's answers are still being encoded (a test with a
     reused buffer and 16 clients saw half the answers overwritten). onnxruntime's outputs are new
     arrays on every run, so only this backend pays for the copy.
     """
     if spec.name not in results:
-        raise ValueError(f"execute returned no output '{spec.name}' (it returned {sorted(map(str, results))})")
+        raise ModelError(f"execute returned no output '{spec.name}' (it returned {sorted(map(str, results))})")
     array = np.asarray(results[spec.name])
     if spec.datatype is DataType.BYTES:
         if array.dtype.kind not in "OSU":
-            raise ValueError(f"output '{spec.name}' is declared BYTES but execute returned {array.dtype}")
+            raise ModelError(f"output '{spec.name}' is declared BYTES but execute returned {array.dtype}")
         return array.copy()
     wanted = spec.datatype.numpy
     if array.dtype == wanted:
         return array.copy()
     if not np.can_cast(array.dtype, wanted, casting="same_kind"):  # int to float passes; float to int does not
-        raise ValueError(f"output '{spec.name}' is declared {spec.datatype.value} but execute returned {array.dtype}")
+        raise ModelError(f"output '{spec.name}' is declared {spec.datatype.value} but execute returned {array.dtype}")
     return array.astype(wanted)

@@ -26,6 +26,12 @@ class ModelContext:
     instance: str = ""  # this instance's name: one per instance of the version, as in the metrics
 
 
+class ModelError(Exception):
+    """Raise it from ``execute`` to refuse a request with a message meant for the client (an input
+    the model cannot use): the client gets 500 with this message. Any other exception's message
+    stays in the server log (it may hold paths or data), and the client gets a generic one."""
+
+
 class SenderClosed(RuntimeError):
     """A response was sent after the request's final flag (or after the model's execute raised)."""
 
@@ -53,7 +59,7 @@ class ResponseSender:
         self, outputs: Mapping[str, object] | None = None, *, error: str | None = None, final: bool = False
     ) -> None:
         """Send one response (``outputs``: arrays by output name), an error response (``error``: a
-        message for the client), and/or the final flag. Raises ValueError for outputs the
+        message for the client), and/or the final flag. Raises ModelError for outputs the
         configuration does not declare, or of the wrong datatype."""
         if outputs is None and error is None and not final:
             raise ValueError("send needs outputs, an error or final=True")

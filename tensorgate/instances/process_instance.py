@@ -276,7 +276,8 @@ class ProcessInstance(Instance):
         finally:
             self._pending = None
         if frame.kind is Kind.ERROR:
-            raise ModelFailed(str(frame.meta.get("error", "model error")))
+            public = frame.meta.get("public")
+            raise ModelFailed(str(frame.meta.get("error", "model error")), public if isinstance(public, str) else None)
         if frame.seq != self._seq:
             raise InstanceDied(f"worker {self.name} answered out of turn")
         return frame

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tensorgate.backends.base import Backend
+from tensorgate.backends.python_model import ModelError
 from tensorgate.instances.wire import (
     HEADER,
     Kind,
@@ -178,7 +179,10 @@ def serve_decoupled(backend: Backend, control: socket.socket, inputs: Region, ou
             reply = encode_frame(Kind.DONE, seq, 0, {})
         except Exception as exc:
             responses.forget_batch(seq)
-            reply = encode_frame(Kind.ERROR, seq, 0, {"error": f"{type(exc).__name__}: {exc}"})
+            failure = {"error": f"{type(exc).__name__}: {exc}"}
+            if isinstance(exc, ModelError):  # a message the model meant for the client
+                failure["public"] = str(exc)
+            reply = encode_frame(Kind.ERROR, seq, 0, failure)
         try:
             responses.write(reply)
         except OSError:

@@ -239,14 +239,14 @@ async def test_a_model_that_raises_ends_every_request_of_its_batch_not_yet_ended
     instance.batches[0][0].push(response(0.0, final=True))
     streams += [setup.stream(1.0), setup.stream(2.0)]
     await until(lambda: setup.scheduler.queued == 2)
-    instance.failure = ModelFailed("ValueError: no")
+    instance.failure = ModelFailed("ModelError: no", "no")
     instance.gate.set()
     await until(lambda: len(instance.batches) == 2)
     instance.batches[1][0].push(response(1.0, final=True))  # ended before the execute raised
     _, done, failed = [await asyncio.wait_for(collect(s), 5.0) for s in streams]
     assert len(done) == 1 and done[0].error is None
     assert isinstance(failed[-1].error, InternalError)
-    assert failed[-1].error.message == "model 'm' failed to execute the request: ValueError: no"
+    assert failed[-1].error.message == "model 'm' failed to execute the request: no"
     assert not instance.batches[1][1].cancelled  # a failed model is not "told": it failed
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from tensorgate.backends.base import Device, LoadSpec
 from tensorgate.backends.python_backend import PythonBackend
+from tensorgate.backends.python_model import ModelError
 from tensorgate.config.model_config import ModelConfig
 from tensorgate.errors import ModelLoadError
 
@@ -110,7 +111,7 @@ def test_outputs_that_break_the_declaration_fail_with_a_message_naming_them(
 ) -> None:
     code = f"\nclass Scorer(PythonModel):\n    def execute(self, inputs):\n        {body}\n"
     backend = _load(tmp_path, code)
-    with pytest.raises((ValueError, TypeError)) as raised:
+    with pytest.raises(ModelError) as raised:
         backend.execute({"INPUT": np.ones((1, 2), np.float32)})
     assert message in str(raised.value)
 
@@ -210,5 +211,5 @@ def test_a_response_is_checked_against_the_declared_outputs(tmp_path: Path, resp
     code = "class Scorer(PythonModel):\n    def execute_decoupled(self, inputs, sender):\n"
     code += f"        sender.send({response})\n"
     backend = _load(tmp_path, code, model_transaction_policy={"decoupled": True})
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ModelError, match=message):
         backend.execute_decoupled([{"INPUT": np.ones((1, 2), np.float32)}], [Sink()])
