@@ -17,7 +17,10 @@ import onnxruntime as ort
 from flask import Flask, request, jsonify
 
 app = Flask(__name__)
-session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+options = ort.SessionOptions()
+if len(sys.argv) > 3:  # onnxruntime's threads; its default is one per core
+    options.intra_op_num_threads = int(sys.argv[3])
+session = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
 
 @app.post("/v2/models/mlp/infer")
 def infer():
@@ -34,15 +37,23 @@ if __name__ == "__main__":
 
 
 @contextlib.contextmanager
-def flask_baseline(work: Path, model: bytes, body: bytes) -> Iterator[str]:
-    """The way most teams start: Flask, the model loaded once globally, called per request. Yields its URL."""
+def flask_baseline(work: Path, model: bytes, body: bytes, ort_threads: int | None = None) -> Iterator[str]:
+    """The way most teams start: Flask, the model loaded once globally, called per request. Yields its URL.
+    ``ort_threads``: onnxruntime's intra-op threads (None: its default, one per core)."""
+    work.mkdir(parents=True, exist_ok=True)
     (work / "naive.onnx").write_bytes(model)
     (work / "naive_app.py").write_text(FLASK_APP)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen(
-        [sys.executable, str(work / "naive_app.py"), str(work / "naive.onnx"), str(port)],
+        [
+            sys.executable,
+            str(work / "naive_app.py"),
+            str(work / "naive.onnx"),
+            str(port),
+            *([] if ort_threads is None else [str(ort_threads)]),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -103,7 +103,7 @@ def run_script(script: Path, timeout_s: float) -> str | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description="Run every benchmarks/bench_*.py and write benchmarks/RESULTS.md.")
     parser.add_argument("--only", nargs="*", default=[], help="run only scripts whose name contains one of these")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per script")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per script")
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     chosen = scripts(args.only)

@@ -9,6 +9,8 @@ model, not its overflow handling.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -125,7 +127,9 @@ def synthesize(
 
 
 def tensors_from_v2(document: Mapping[str, Any]) -> RequestTensors:
-    """One request of an ``--input-file``: a V2 inference body whose inputs carry ``data``."""
+    """One request of an ``--input-file``: a V2 inference body whose inputs carry ``data`` (a BYTES input
+    may carry ``data_base64`` instead, a list of base64 strings: binary elements such as an encoded
+    image have no JSON string of their own)."""
     nodes = document.get("inputs")
     if not isinstance(nodes, list) or not nodes:
         raise ValueError("each request in --input-file needs a non-empty 'inputs' list")
@@ -133,10 +137,17 @@ def tensors_from_v2(document: Mapping[str, Any]) -> RequestTensors:
     for node in nodes:
         try:
             name, datatype, shape = str(node["name"]), str(node["datatype"]).upper(), tuple(node["shape"])
-            data = node["data"]
+            data = node["data_base64"] if datatype == "BYTES" and "data_base64" in node else node["data"]
         except (KeyError, TypeError):
             raise ValueError("each input in --input-file needs 'name', 'datatype', 'shape' and 'data'") from None
-        if datatype == "BYTES":
+        if datatype == "BYTES" and "data_base64" in node:
+            try:
+                elements = [base64.b64decode(d, validate=True) for d in np.ravel(data)]
+            except (binascii.Error, TypeError, ValueError):
+                raise ValueError(f"input {name!r}: data_base64 must hold base64 strings") from None
+            array = np.empty(len(elements), dtype=object)
+            array[:] = elements
+        elif datatype == "BYTES":
             array = np.array([d.encode() if isinstance(d, str) else bytes(d) for d in np.ravel(data)], dtype=object)
         elif datatype in NUMPY_TYPES:
             array = np.asarray(data, dtype=NUMPY_TYPES[datatype])

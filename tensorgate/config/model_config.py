@@ -24,10 +24,25 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Ragged(Strict):
+    """Requests whose tensors differ in a dynamic axis past the batch axis, batched together.
+
+    On an input: such requests share a batch, each padded with ``pad_value`` to the batch's longest
+    along those axes (never to the model's maximum). On an output: its dynamic axes past the batch
+    axis follow those of ``input`` (a ragged input), and each request's answer is cut back to its own
+    input's size along them. An output without ``ragged`` is returned as the model made it (a
+    pooled classifier's logits have no such axis).
+    """
+
+    pad_value: float = 0.0
+    input: str | None = None
+
+
 class TensorConfig(Strict):
     name: str
     datatype: str
     shape: list[int]
+    ragged: Ragged | None = None
 
     @field_validator("shape")
     @classmethod
@@ -428,6 +443,36 @@ class ModelConfig(Strict):
         if missing:
             raise ValueError(f"no step produces the pipeline output(s) {', '.join(missing)}")
         return self
+
+    @model_validator(mode="after")
+    def _ragged(self) -> ModelConfig:
+        ragged_inputs = {t.name for t in self.inputs or [] if t.ragged is not None}
+        for tensor in self.inputs or []:
+            if tensor.ragged is None:
+                continue
+            if tensor.ragged.input is not None:
+                raise ValueError(f"input '{tensor.name}': ragged.input is for outputs (the input they follow)")
+            if tensor.datatype.upper() in ("BYTES", "STRING", "TYPE_STRING"):
+                raise ValueError(
+                    f"input '{tensor.name}': a ragged input holds numbers (padding a BYTES tensor means nothing)"
+                )
+            if -1 not in tensor.shape[1:]:
+                raise ValueError(f"input '{tensor.name}' is ragged but has no dynamic axis past the batch axis")
+        for tensor in self.outputs or []:
+            if tensor.ragged is None:
+                continue
+            if tensor.ragged.input not in ragged_inputs:
+                raise ValueError(
+                    f"output '{tensor.name}': ragged.input must name a ragged input "
+                    f"(ragged inputs: {sorted(ragged_inputs) or 'none'})"
+                )
+        if ragged_inputs and self.backend == "pipeline":
+            raise ValueError("ragged is for a model that batches; a pipeline's steps batch by their own configuration")
+        return self
+
+    def ragged_pads(self) -> dict[str, float]:
+        """The ragged inputs and their pad values: what a batch pads shorter requests with."""
+        return {t.name: t.ragged.pad_value for t in self.inputs or [] if t.ragged is not None}
 
     @model_validator(mode="after")
     def _no_cache_for_sampling(self) -> ModelConfig:

@@ -226,7 +226,7 @@ def triton_config(text: str, source: str) -> dict[str, Any]:
 def _model(message: Message, m: _Mapping) -> dict[str, Any]:
     used = {"name", "platform", "backend", "max_batch_size", "input", "output", "dynamic_batching"}
     used |= {"instance_group", "version_policy", "model_warmup", "parameters", "response_cache"}
-    used |= {"ensemble_scheduling", "default_model_filename"}
+    used |= {"ensemble_scheduling", "default_model_filename", "sequence_batching"}
     document: dict[str, Any] = {}
     name = m.one(message, "name", "")
     if name is not None:
@@ -251,6 +251,9 @@ def _model(message: Message, m: _Mapping) -> dict[str, Any]:
     batching = m.one(message, "dynamic_batching", "")
     if batching is not None:
         document["dynamic_batching"] = _dynamic_batching(batching, m)
+    sequencing = m.one(message, "sequence_batching", "")
+    if sequencing is not None:
+        document["sequence_batching"] = _sequence_batching(sequencing, m)
     groups = message.get("instance_group", [])
     if groups:
         document["instance_group"] = [_instance_group(g, f"instance_group[{i}].", m) for i, g in enumerate(groups)]
@@ -291,6 +294,89 @@ def _tensor(message: Message, batch: list[int], where: str, m: _Mapping) -> dict
         "datatype": _datatype(m.one(message, "data_type", where), where, m),
         "shape": batch + [int(d) for d in message.get("dims", [])],
     }
+
+
+def _sequence_batching(message: Message, m: _Mapping) -> dict[str, Any]:
+    where = "sequence_batching."
+    used = {"direct", "oldest", "max_sequence_idle_microseconds", "control_input", "state", "iterative_sequence"}
+    m.rest(message, used, where)
+    out: dict[str, Any] = {}
+    idle = m.one(message, "max_sequence_idle_microseconds", where)
+    if idle is not None:
+        out["max_sequence_idle_microseconds"] = int(idle)
+    if m.one(message, "iterative_sequence", where):
+        m.refuse(f"{where}iterative_sequence (a sequence's requests come from its client here)")
+    for strategy, keys in (
+        ("direct", {"max_queue_delay_microseconds", "minimum_slot_utilization"}),
+        (
+            "oldest",
+            {"max_candidate_sequences", "preferred_batch_size", "max_queue_delay_microseconds", "preserve_ordering"},
+        ),
+    ):
+        given = m.one(message, strategy, where)
+        if given is None:
+            continue
+        w = f"{where}{strategy}."
+        m.rest(given, keys, w)
+        settings: dict[str, Any] = {}
+        for key in keys - {"preferred_batch_size"}:
+            value = m.one(given, key, w)
+            if value is not None:
+                settings[key] = value
+        if strategy == "oldest" and given.get("preferred_batch_size"):
+            settings["preferred_batch_size"] = [int(v) for v in given["preferred_batch_size"]]
+        out[strategy] = settings
+    controls = []
+    for i, control_input in enumerate(message.get("control_input", [])):
+        w = f"{where}control_input[{i}]."
+        m.rest(control_input, {"name", "control"}, w)
+        kinds = []
+        for j, control in enumerate(control_input.get("control", [])):
+            cw = f"{w}control[{j}]."
+            keys = {"kind", "int32_false_true", "fp32_false_true", "bool_false_true", "data_type"}
+            m.rest(control, keys, cw)
+            entry: dict[str, Any] = {"kind": m.one(control, "kind", cw)}
+            for key in ("int32_false_true", "fp32_false_true", "bool_false_true"):
+                if control.get(key):
+                    entry[key] = list(control[key])
+            data_type = m.one(control, "data_type", cw)
+            if data_type is not None:
+                entry["data_type"] = data_type
+            kinds.append(entry)
+        controls.append({"name": m.one(control_input, "name", w), "control": kinds})
+    if controls:
+        out["control_input"] = controls
+    states = []
+    for i, state in enumerate(message.get("state", [])):
+        w = f"{where}state[{i}]."
+        m.rest(state, {"input_name", "output_name", "data_type", "dims", "initial_state"}, w)
+        entry = {
+            "input_name": m.one(state, "input_name", w),
+            "output_name": m.one(state, "output_name", w),
+            "data_type": m.one(state, "data_type", w),
+            "dims": [int(d) for d in state.get("dims", [])],
+        }
+        initial = []
+        for j, start in enumerate(state.get("initial_state", [])):
+            iw = f"{w}initial_state[{j}]."
+            m.rest(start, {"name", "data_type", "dims", "zero_data", "data_file"}, iw)
+            first: dict[str, Any] = {
+                "name": m.one(start, "name", iw) or "",
+                "data_type": m.one(start, "data_type", iw),
+                "dims": [int(d) for d in start.get("dims", [])],
+            }
+            if m.one(start, "zero_data", iw):
+                first["zero_data"] = True
+            data_file = m.one(start, "data_file", iw)
+            if data_file is not None:
+                first["data_file"] = data_file
+            initial.append(first)
+        if initial:
+            entry["initial_state"] = initial
+        states.append(entry)
+    if states:
+        out["state"] = states
+    return out
 
 
 def _dynamic_batching(message: Message, m: _Mapping) -> dict[str, Any]:

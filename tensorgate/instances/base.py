@@ -53,6 +53,8 @@ class Instance(abc.ABC):
         self._batches: set[asyncio.Task[dict[str, Array]]] = set()  # referenced until done
         # Taken out of rotation by its health checks (instances/health.py), alive or not.
         self.ejected = False
+        # The ragged inputs' pad values: a batch pads shorter requests' rows with them (batch_tensors).
+        self.pads: Mapping[str, float] = {}
 
     @property
     def pid(self) -> int | None:
@@ -96,7 +98,7 @@ class Instance(abc.ABC):
 
     async def _execute_parts(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
         """The batch the parts make; an instance that can merge them on the way to its device overrides it."""
-        return await self.execute(merge_inputs(parts))
+        return await self.execute(merge_inputs(parts, self.pads))
 
     @property
     @abc.abstractmethod

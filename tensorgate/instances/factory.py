@@ -51,16 +51,19 @@ def check_cpus(cpus: frozenset[int] | None) -> None:
 
 def create_instance(name: str, backend: str, spec: LoadSpec, placement: Placement) -> Instance:
     check_cpus(placement.cpus)
+    instance: Instance
     if placement.isolation == "process":
         from tensorgate.instances.process_instance import ProcessInstance
 
-        instance: Instance = ProcessInstance(name, backend, spec, placement.cpus)
-        return instance
-    return ThreadInstance(
-        name,
-        create_backend(backend),
-        spec,
-        placement.cpus,
-        hung_after_s=spec.config.health_check.batch_timeout_s,
-        backend_factory=functools.partial(create_backend, backend),
-    )
+        instance = ProcessInstance(name, backend, spec, placement.cpus)
+    else:
+        instance = ThreadInstance(
+            name,
+            create_backend(backend),
+            spec,
+            placement.cpus,
+            hung_after_s=spec.config.health_check.batch_timeout_s,
+            backend_factory=functools.partial(create_backend, backend),
+        )
+    instance.pads = spec.config.ragged_pads()
+    return instance

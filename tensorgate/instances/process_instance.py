@@ -212,7 +212,7 @@ class ProcessInstance(Instance):
         if not self._running or self._writer is None or self._inputs is None or self._outputs is None:
             raise InstanceDied(f"worker {self.name} is not running")
         self._seq = (self._seq + 1) & 0xFFFFFFFF
-        described = write_batch(self._inputs, parts)
+        described = write_batch(self._inputs, parts, self.pads)
         future: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         self._pending = future
         self._writer.write(encode_frame(Kind.EXECUTE, self._seq, self._inputs.size, {"tensors": described}))

@@ -148,7 +148,7 @@ class ThreadInstance(Instance):
                 self.on_health_change(self, self.available)
 
     def _merge_and_run(self, parts: Sequence[Mapping[str, Array]]) -> dict[str, Array]:
-        return self._run_model(merge_inputs(parts))
+        return self._run_model(merge_inputs(parts, self.pads))
 
     def _run_model(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         """On the worker thread: the backend's own exceptions become ModelFailed."""

@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 
 from tensorgate import bytes_elements
+from tensorgate.instances.batch_tensors import batch_shape, copy_rows
 from tensorgate.types import Array, DataType
 
 MAGIC = b"TGW1"
@@ -129,12 +130,14 @@ def write_tensors(region: Region, tensors: Mapping[str, Array]) -> list[dict[str
     return write_batch(region, [tensors])
 
 
-def write_batch(region: Region, parts: Sequence[Mapping[str, Array]]) -> list[dict[str, Any]]:
+def write_batch(
+    region: Region, parts: Sequence[Mapping[str, Array]], pads: Mapping[str, float] | None = None
+) -> list[dict[str, Any]]:
     """Lay out the batch that ``parts`` (each request's inputs) make, merged along axis 0.
 
     Each part is copied once, straight to its rows in the region: merging first and then copying
     the merged batch in would move every byte twice on the event loop. BYTES tensors are packed
-    from the merged elements.
+    from the merged elements. ``pads``: the ragged inputs' pad values (``batch_tensors``).
     """
     first = parts[0]
     payloads: list[tuple[str, DataType, tuple[int, ...], list[Array] | bytes, int]] = []
@@ -148,9 +151,7 @@ def write_batch(region: Region, parts: Sequence[Mapping[str, Array]]) -> list[di
             payloads.append((name, datatype, tuple(merged.shape), blob, len(blob)))
             nbytes = len(blob)
         else:
-            shape = tuple(array.shape)
-            if len(arrays) > 1:
-                shape = (sum(int(a.shape[0]) for a in arrays), *shape[1:])
+            shape = batch_shape(arrays)
             nbytes = int(np.prod(shape, dtype=np.int64)) * datatype.itemsize
             payloads.append((name, datatype, shape, arrays, nbytes))
         total += (nbytes + ALIGN - 1) // ALIGN * ALIGN
@@ -166,10 +167,7 @@ def write_batch(region: Region, parts: Sequence[Mapping[str, Array]]) -> list[di
             if len(payload) == 1:
                 np.copyto(target, payload[0])
             else:
-                row = 0
-                for array in payload:
-                    np.copyto(target[row : row + array.shape[0]], array)
-                    row += array.shape[0]
+                copy_rows(target, payload, None if pads is None else pads.get(name))
         described.append(
             {"name": name, "datatype": datatype.value, "shape": list(shape), "offset": offset, "nbytes": nbytes}
         )

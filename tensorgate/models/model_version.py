@@ -51,7 +51,8 @@ class ModelVersion:
         self.serial = next(serials)  # this loaded copy, apart from any other load of the same version
         self.platform = platform
         self.specs = specs
-        self.rules = TensorRules(name, specs.inputs, specs.outputs, specs.max_batch_size)
+        self.rules = TensorRules(name, specs.inputs, specs.outputs, specs.max_batch_size, specs.ragged_inputs)
+        self._cuts = specs.ragged_outputs
         self.pool = pool
         self.state = VersionState.WARMING
         self.metrics = metrics
@@ -151,6 +152,16 @@ class ModelVersion:
             self.metrics.outcome("invalid")
             raise
         cache = self.cache
+        if self._cuts:
+            if cache is None:
+                return await self._submit_cut(request, rows, key)
+            return await cache.infer(
+                request,
+                lambda: self._submit_cut(request, rows, key),
+                self.name,
+                self.version,
+                on_hit=self.count_cache_hit,
+            )
         if cache is None:
             return await self.scheduler.submit(request, rows, key)
         return await cache.infer(
@@ -159,6 +170,28 @@ class ModelVersion:
             self.name,
             self.version,
             on_hit=self.count_cache_hit,
+        )
+
+    async def _submit_cut(self, request: InferRequest, rows: int, key: tuple[tuple[int, ...], ...]) -> InferResponse:
+        """A model with outputs that follow a ragged input: the answer cut back to its own request's size."""
+        response = await self.scheduler.submit(request, rows, key)
+        outputs = dict(response.outputs)
+        for output, source, axes in self._cuts:
+            array = outputs.get(output)
+            if array is None:
+                continue
+            sizes = request.inputs[source].shape
+            if any(array.shape[axis] > sizes[axis] for axis in axes):
+                cut = tuple(slice(0, sizes[axis]) if axis in axes else slice(None) for axis in range(array.ndim))
+                outputs[output] = array[cut]  # a view: the padded rows are never copied
+        return InferResponse(
+            response.model,
+            response.version,
+            outputs,
+            response.id,
+            response.parameters,
+            response.queue_s,
+            response.compute_s,
         )
 
     def count_cache_hit(self, elapsed_ns: int) -> None:

@@ -25,6 +25,10 @@ class ResolvedSpecs:
     outputs: tuple[TensorSpec, ...]
     max_batch_size: int  # 0: no batch axis
     batch: BatchSettings
+    # Ragged batching (config ``ragged``): the inputs whose dynamic axes past the batch axis may differ
+    # within a batch, and per output that follows one, (input, the axes cut back to each request's size).
+    ragged_inputs: frozenset[str] = frozenset()
+    ragged_outputs: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
 
 
 def _narrow(model_spec: TensorSpec, declared: TensorConfig, where: str) -> TensorSpec:
@@ -122,7 +126,52 @@ def resolve_specs(
         preferred_rows=preferred,
         adaptive_delay=db.adaptive_delay if db else True,
     )
-    return ResolvedSpecs(inputs, outputs, max_batch_size, settings)
+    ragged_inputs, ragged_outputs = _ragged(model, inputs, outputs, config, max_batch_size)
+    return ResolvedSpecs(inputs, outputs, max_batch_size, settings, ragged_inputs, ragged_outputs)
+
+
+def _ragged(
+    model: str,
+    inputs: tuple[TensorSpec, ...],
+    outputs: tuple[TensorSpec, ...],
+    config: ModelConfig,
+    max_batch_size: int,
+) -> tuple[frozenset[str], tuple[tuple[str, str, tuple[int, ...]], ...]]:
+    """Check the ``ragged`` keys against the model's own shapes; the inputs, and each output's cuts."""
+    pads = config.ragged_pads()
+    if not pads:
+        return frozenset(), ()
+    if max_batch_size == 0:
+        log.warning("model %s declares ragged inputs but is served unbatched: each request runs alone", model)
+        return frozenset(), ()
+    by_name = {s.name: s for s in inputs}
+    for name in pads:
+        spec = by_name.get(name)
+        if spec is None:
+            raise ModelLoadError(f"config.yaml input '{name}' is ragged but the model has no such input")
+        if -1 not in spec.shape[1:]:
+            raise ModelLoadError(
+                f"config.yaml input '{name}' is ragged, but the model fixes every axis past the batch axis "
+                f"({list(spec.shape)}): requests could not differ in any"
+            )
+    cuts = []
+    produced = {s.name: s for s in outputs}
+    for tensor in config.outputs or []:
+        if tensor.ragged is None or tensor.ragged.input is None:
+            continue
+        source, output = by_name[tensor.ragged.input], produced[tensor.name]
+        axes = tuple(
+            axis
+            for axis in range(1, min(len(output.shape), len(source.shape)))
+            if output.shape[axis] == -1 and source.shape[axis] == -1
+        )
+        if not axes:
+            raise ModelLoadError(
+                f"config.yaml output '{tensor.name}' follows ragged input '{source.name}', but no dynamic axis "
+                f"of {list(output.shape)} matches one of {list(source.shape)}"
+            )
+        cuts.append((tensor.name, source.name, axes))
+    return frozenset(pads), tuple(cuts)
 
 
 def without(specs: ResolvedSpecs, inputs: frozenset[str], outputs: frozenset[str]) -> ResolvedSpecs:
@@ -132,4 +181,6 @@ def without(specs: ResolvedSpecs, inputs: frozenset[str], outputs: frozenset[str
         tuple(s for s in specs.outputs if s.name not in outputs),
         specs.max_batch_size,
         specs.batch,
+        specs.ragged_inputs,
+        specs.ragged_outputs,
     )

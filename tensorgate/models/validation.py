@@ -28,7 +28,12 @@ class TensorRules:
     of the event loop's time per request for a small model at 64 clients."""
 
     def __init__(
-        self, model: str, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...], max_batch_size: int
+        self,
+        model: str,
+        inputs: tuple[TensorSpec, ...],
+        outputs: tuple[TensorSpec, ...],
+        max_batch_size: int,
+        ragged: frozenset[str] = frozenset(),
     ) -> None:
         self._model = model
         self._names = frozenset(s.name for s in inputs)
@@ -36,6 +41,13 @@ class TensorRules:
         self._max_batch_size = max_batch_size  # 0: the model has no batch axis
         # Per input: its spec, and the (axis, size) pairs of its shape that are not dynamic.
         self._checks = [(s, tuple((axis, d) for axis, d in enumerate(s.shape) if d != -1)) for s in inputs]
+        # Per ragged input, its dynamic axes past the batch axis: requests that differ only there
+        # share a batch (padded to its longest), so they leave the shape key.
+        self._ragged = {
+            s.name: tuple(axis for axis in range(1, len(s.shape)) if s.shape[axis] == -1)
+            for s in inputs
+            if s.name in ragged and max_batch_size > 0
+        }
 
     def check_inputs(self, inputs: Mapping[str, Array]) -> tuple[int, tuple[tuple[int, ...], ...]]:
         """Return (rows, shape key): the batch size, and the shapes that must match to share a batch."""
@@ -61,16 +73,17 @@ class TensorRules:
                 )
             if not batched:
                 key.append(shape)
-            elif rows is None:
-                rows = shape[0]
-                key.append(shape[1:])
-            elif shape[0] != rows:
+            elif rows is not None and shape[0] != rows:
                 raise InvalidInput(
                     f"input '{name}' batch size does not match other inputs for '{self._model}' "
                     f"({shape[0]} rows, the others {rows})"
                 )
             else:
-                key.append(shape[1:])
+                rows = shape[0]
+                free = self._ragged.get(name) if self._ragged else None
+                key.append(
+                    shape[1:] if free is None else tuple(-1 if a in free else d for a, d in enumerate(shape))[1:]
+                )
         if batched:
             assert rows is not None
             if rows < 1:

@@ -6,6 +6,8 @@ saw 15 ms become 200 ms). Warm-up moves that cost before readiness, so no client
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,10 @@ def _synthesize(spec: TensorSpec, shape: tuple[int, ...], kind: str, rng: np.ran
 
 
 def _from_file(path: Path, specs: tuple[TensorSpec, ...]) -> dict[str, Array]:
-    """A JSON file of ``{"<input>": {"data": [...], "shape": [...]}}`` beside config.yaml."""
+    """A JSON file of ``{"<input>": {"data": [...], "shape": [...]}}`` in the version's directory.
+
+    A BYTES input may give its elements as ``"data_base64": [...]`` instead: binary elements (an
+    encoded image) have no JSON string of their own."""
     try:
         document: Any = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
@@ -49,13 +54,28 @@ def _from_file(path: Path, specs: tuple[TensorSpec, ...]) -> dict[str, Array]:
     arrays = {}
     for spec in specs:
         entry = document.get(spec.name) if isinstance(document, dict) else None
-        if not isinstance(entry, dict) or "data" not in entry:
+        if isinstance(entry, dict) and "data_base64" in entry and spec.datatype is DataType.BYTES:
+            array = _base64_elements(entry["data_base64"], path.name, spec.name)
+        elif not isinstance(entry, dict) or "data" not in entry:
             raise ModelLoadError(f"warm-up file {path.name} has no data for input '{spec.name}'")
-        array = np.asarray(entry["data"], dtype=spec.datatype.numpy)
+        else:
+            array = np.asarray(entry["data"], dtype=spec.datatype.numpy)
         if "shape" in entry:
             array = array.reshape(entry["shape"])
         arrays[spec.name] = array
     return arrays
+
+
+def _base64_elements(elements: Any, file: str, name: str) -> Array:
+    if not isinstance(elements, list) or not all(isinstance(e, str) for e in elements):
+        raise ModelLoadError(f"warm-up file {file}: data_base64 of input '{name}' must be a list of strings")
+    try:
+        decoded = [base64.b64decode(e, validate=True) for e in elements]
+    except binascii.Error as exc:
+        raise ModelLoadError(f"warm-up file {file}: data_base64 of input '{name}' is not base64 ({exc})") from None
+    array = np.empty(len(decoded), dtype=object)
+    array[:] = decoded
+    return array
 
 
 # The tensors a model takes that no client sends (a sequence model's controls and state), for a

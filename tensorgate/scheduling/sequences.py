@@ -193,13 +193,14 @@ class SequenceTable:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = due
-        self._timer = asyncio.get_running_loop().call_later(max(0.0, due - self._clock.now()), self._reap)
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, due - self._clock.now()), self.reap)
 
     def _next_due(self) -> float | None:
         due = [s.last_seen + self._idle_s(s) for s in self._open.values() if s.pending == 0]
         return min(due) if due else None
 
-    def _reap(self) -> None:
+    def reap(self) -> None:
+        """End the sequences idle past their limit (the timer calls it; so may a test)."""
         self._timer = self._timer_at = None
         now = self._clock.now()
         for sequence in list(self._open.values()):

@@ -6,6 +6,12 @@ rebuilt for the tests: the same model names, ``config.pbtxt`` files and behaviou
 - ``simple_string``: the same arithmetic on BYTES holding decimal numbers (Triton's is an ONNX graph
   over strings; here a Triton Python-backend model, so its config says ``backend: "python"``).
 - ``simple_identity``: a Triton Python-backend model that returns its BYTES input, as Triton's does.
+- ``simple_sequence``: Triton's sequence example: an ONNX graph ``OUTPUT = INPUT * READY + START``
+  over INT32 ``[1]``, the control inputs START and READY filled by the server (``direct`` strategy,
+  Triton's config).
+- ``sequence_accumulate``: a Triton Python-backend model with every control (START, END, READY,
+  CORRID) and implicit state: ``OUTPUT`` is the running sum of the sequence's inputs (its state),
+  plus the correlation id on the request that ends it; ``oldest`` strategy.
 
 The Python models are written against ``triton_python_backend_utils`` as Triton's own are.
 """
@@ -174,6 +180,106 @@ def _add_sub(elem: int) -> bytes:
     return model.SerializeToString()
 
 
+SEQUENCE_CONFIG = """
+name: "simple_sequence"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+sequence_batching {
+  control_input [
+    {
+      name: "START"
+      control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ]
+    },
+    {
+      name: "READY"
+      control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ]
+    }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+"""
+
+ACCUMULATE_CONFIG = """
+name: "sequence_accumulate"
+backend: "python"
+max_batch_size: 8
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  oldest { max_candidate_sequences: 64 max_queue_delay_microseconds: 2000 }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+  state [
+    {
+      input_name: "SUM_IN"
+      output_name: "SUM_OUT"
+      data_type: TYPE_INT64
+      dims: [ 1 ]
+      initial_state: { data_type: TYPE_INT64 dims: [ 1 ] zero_data: true name: "zeros" }
+    }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT" data_type: TYPE_INT64 dims: [ 1 ] },
+  { name: "CONTROLS" data_type: TYPE_INT64 dims: [ 4 ] }
+]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+
+# OUTPUT: the running sum (the state), plus CORRID on the END request; CONTROLS echoes START, END,
+# READY and CORRID as the model saw them, so tests can check the server filled them.
+ACCUMULATE_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy().astype(np.int64)
+            start, end, ready, corrid = (
+                pb_utils.get_input_tensor_by_name(request, name).as_numpy().astype(np.int64)
+                for name in ("START", "END", "READY", "CORRID")
+            )
+            total = pb_utils.get_input_tensor_by_name(request, "SUM_IN").as_numpy() + value
+            output = total + corrid * end
+            controls = np.concatenate([start, end, ready, corrid], axis=1)
+            responses.append(
+                pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor("OUTPUT", output),
+                        pb_utils.Tensor("SUM_OUT", total),
+                        pb_utils.Tensor("CONTROLS", controls),
+                    ]
+                )
+            )
+        return responses
+"""
+
+
+def _sequence_graph() -> bytes:
+    """OUTPUT = INPUT * READY + START, INT32 ``[-1, 1]``."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["INPUT", "READY"], ["ready_input"]),
+            helper.make_node("Add", ["ready_input", "START"], ["OUTPUT"]),
+        ],
+        "simple_sequence",
+        [helper.make_tensor_value_info(name, TensorProto.INT32, ["batch", 1]) for name in ("INPUT", "START", "READY")],
+        [helper.make_tensor_value_info("OUTPUT", TensorProto.INT32, ["batch", 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
 def _model(repo: Path, name: str, config: str, files: dict[str, bytes | str]) -> None:
     (repo / name / "1").mkdir(parents=True)
     (repo / name / "config.pbtxt").write_text(config.lstrip())
@@ -194,4 +300,6 @@ def build_triton_repository(repo: Path) -> Path:
     _model(repo, "simple_int8", simple_int8, {"model.onnx": _add_sub(TensorProto.INT8)})
     _model(repo, "simple_string", STRING_CONFIG, {"model.py": STRING_MODEL})
     _model(repo, "simple_identity", IDENTITY_CONFIG, {"model.py": IDENTITY_MODEL})
+    _model(repo, "simple_sequence", SEQUENCE_CONFIG, {"model.onnx": _sequence_graph()})
+    _model(repo, "sequence_accumulate", ACCUMULATE_CONFIG, {"model.py": ACCUMULATE_MODEL})
     return repo
