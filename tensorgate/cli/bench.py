@@ -298,6 +298,7 @@ def _bench_sequences(args: argparse.Namespace, endpoint: Endpoint, tensors: list
     base = args.sequence_id_base or random.SystemRandom().randrange(1, 2**61)
     interval_s = args.chunk_interval_ms / 1000.0
     reports: list[RunReport] = []
+    results: list[RunResult] = []
 
     def one(count: int) -> RunReport:
         spec = SequenceSpec(
@@ -312,6 +313,7 @@ def _bench_sequences(args: argparse.Namespace, endpoint: Endpoint, tensors: list
         job = Job(args.protocol, endpoint, args.model, args.model_version, spec, tensors)
         before = scrape(args.metrics_url) if args.metrics_url else None
         result = _run_sequences(job, max(1, args.processes))
+        results.append(result)
         after = scrape(args.metrics_url) if args.metrics_url else None
         server = metrics_delta(before, after, args.model) if before is not None and after is not None else None
         report = build_report("sequences", count, result, slos, server, (args.chunks_per_sequence, interval_s))
@@ -330,7 +332,7 @@ def _bench_sequences(args: argparse.Namespace, endpoint: Endpoint, tensors: list
         print(search_summary(search.sustained, search.failed, [s.text for s in slos]))
     for note in [n for r in reports for n in warnings(r)]:
         print(f"warning: {note}", file=sys.stderr)
-    _write(args, reports, RunResult())
+    _write(args, reports, results[-1])
     if args.search and args.json is not None:
         document = json.loads(args.json.read_text())
         document["search"] = {
