@@ -51,14 +51,14 @@ KINDS = ("kill9", "hang", "slow", "poison", "disconnect", "hot_swap", "burst")
 
 # Adds 1. Fault switches, files in the control directory read on every call: ``hang-<i>`` makes
 # instance i sleep HANG_S per call, ``slow-<i>`` makes it ten times slower; an input below -1e6 is
-# refused (ValueError), on every instance.
+# refused (tensorgate.ModelError: its message reaches the client), on every instance.
 CHAOS_MODEL = """
 import time
 from pathlib import Path
 
 import numpy as np
 
-from tensorgate import PythonModel
+from tensorgate import ModelError, PythonModel
 
 DELAY_S = 0.002
 
@@ -72,7 +72,7 @@ class Chaos(PythonModel):
     def execute(self, inputs):
         x = inputs["INPUT"]
         if float(np.min(x, initial=0.0)) < -1e6:
-            raise ValueError("chaos_py refuses inputs below -1e6")
+            raise ModelError("chaos_py refuses inputs below -1e6")
         if (self.control / f"hang-{self.index}").exists():
             time.sleep(self.hang_s)
         slow = (self.control / f"slow-{self.index}").exists()
@@ -226,7 +226,7 @@ def _classify(
         if poisoned:
             return "wrong"
         return "ok" if np.allclose(output, reference.expected(model, x), rtol=1e-5) else "wrong"
-    if poisoned and status == 500 and "failed to execute the request: ValueError: chaos_py refuses" in body:
+    if poisoned and status == 500 and "failed to execute the request: chaos_py refuses" in body:
         return "poison"
     if status == 503 and "queue is full" in body:
         return "queue_full"

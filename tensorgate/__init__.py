@@ -1,7 +1,7 @@
 """tensorgate: a production inference server (KServe V2 over HTTP and gRPC, dynamic batching)."""
 
 from tensorgate.backends.base import Backend, Device, LoadSpec
-from tensorgate.backends.python_model import ModelContext, PythonModel
+from tensorgate.backends.python_model import ModelContext, ModelError, PythonModel
 from tensorgate.clock import Clock, ManualClock, MonotonicClock
 from tensorgate.config.model_config import ModelConfig
 from tensorgate.config.server_config import ServerConfig
@@ -21,6 +21,7 @@ __all__ = [
     "ManualClock",
     "ModelConfig",
     "ModelContext",
+    "ModelError",
     "MonotonicClock",
     "PythonModel",
     "Server",

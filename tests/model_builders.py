@@ -196,17 +196,17 @@ def write_admin_keys(directory: Path, *keys: str) -> Path:
 # file ``marker`` exists, whatever its restarts, or (``after_calls: N``) once it has run N batches
 # (probes included) since it was loaded: a restart loads it afresh, so it serves N more and goes
 # bad again. Bad, it raises ("fail", a device error), blocks ("hang", 60 s or ``hang_s`` per call),
-# or answers NaN ("nan").
-# Every other instance, and this one while good, answers INPUT + 1. Any instance raises on an input
-# below -1e6 (the input's fault, not the device's). A test creates the marker to break one instance
-# under load and removes it to heal it.
+# or answers NaN ("nan"). Every other instance, and this one while good, answers INPUT + 1. Any
+# instance refuses an input below -1e6 with a message meant for the client (ModelError: the input's
+# fault, not the device's). A test creates the marker to break one instance under load and removes
+# it to heal it.
 FAULTY_MODEL = """
 import os
 import time
 
 import numpy as np
 
-from tensorgate import PythonModel
+from tensorgate import ModelError, PythonModel
 
 
 class Faulty(PythonModel):
@@ -231,7 +231,7 @@ class Faulty(PythonModel):
         if self.delay:
             time.sleep(self.delay)
         if float(np.min(x, initial=0.0)) < -1e6:
-            raise ValueError("model refuses inputs below -1e6")
+            raise ModelError("model refuses inputs below -1e6")
         if self.bad and self.broken():
             if self.fault == "fail":
                 raise RuntimeError("device error: the accelerator stopped answering")

@@ -22,6 +22,12 @@ class ModelContext:
     instance: str = ""  # this instance's name: one per instance of the version, as in the metrics
 
 
+class ModelError(Exception):
+    """Raise it from ``execute`` to refuse a request with a message meant for the client (an input
+    the model cannot use): the client gets 500 with this message. Any other exception's message
+    stays in the server log (it may hold paths or data), and the client gets a generic one."""
+
+
 class PythonModel:
     """Derive from this in ``<version>/model.py``.
 

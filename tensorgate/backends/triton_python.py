@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorgate.backends.python_model import ModelContext, PythonModel
+from tensorgate.backends.python_model import ModelContext, ModelError, PythonModel
 from tensorgate.config.model_config import ModelConfig
 from tensorgate.types import Array, DataType
 
@@ -38,7 +38,7 @@ _TYPE_NUMBERS = {
 _BY_NUMBER = {number: name for name, number in _TYPE_NUMBERS.items()}
 
 
-class TritonModelException(Exception):
+class TritonModelException(ModelError):
     """What a model raises to fail its requests (Triton's ``pb_utils.TritonModelException``)."""
 
 

@@ -25,7 +25,13 @@ class InstanceDied(Exception):
 
 class ModelFailed(Exception):
     """The model itself raised on a batch: because of one of its inputs, or because the instance is
-    broken. The scheduler runs the batch's requests again to tell which (``Scheduler._isolate``)."""
+    broken. The scheduler runs the batch's requests again to tell which (``Scheduler._isolate``).
+    ``public``: the message the model meant for the client (it raised ``tensorgate.ModelError``, or
+    Triton's ``TritonModelException``); None when it is for the server log only."""
+
+    def __init__(self, message: str, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = public
 
 
 # A batch running longer is taken as hung: it fails as InstanceDied (retried once elsewhere) and

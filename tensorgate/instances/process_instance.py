@@ -227,7 +227,8 @@ class ProcessInstance(Instance):
         finally:
             self._pending = None
         if frame.kind is Kind.ERROR:
-            raise ModelFailed(str(frame.meta.get("error", "model error")))
+            public = frame.meta.get("public")
+            raise ModelFailed(str(frame.meta.get("error", "model error")), public if isinstance(public, str) else None)
         if frame.kind is not Kind.RESULT or frame.seq != self._seq:
             raise InstanceDied(f"worker {self.name} answered out of turn")
         self._outputs.ensure(frame.region_size, grow_file=False)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tensorgate.backends.base import Backend, LoadSpec
+from tensorgate.backends.python_model import ModelError
 from tensorgate.instances.base import HUNG_BATCH_S, BatchDone, Instance, InstanceDied, ModelFailed
 from tensorgate.instances.batch_tensors import merge_inputs
 from tensorgate.types import Array, TensorSpec
@@ -155,7 +156,8 @@ class ThreadInstance(Instance):
         try:
             return self._backend.execute(inputs)
         except Exception as exc:
-            raise ModelFailed(f"{type(exc).__name__}: {exc}") from exc
+            public = str(exc) if isinstance(exc, ModelError) else None
+            raise ModelFailed(f"{type(exc).__name__}: {exc}", public) from exc
 
     @property
     def healthy(self) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from tensorgate.backends.base import Device, LoadSpec
+from tensorgate.backends.python_model import ModelError
 from tensorgate.backends.registry import create_backend
 from tensorgate.config.model_config import ModelConfig
 from tensorgate.errors import ModelLoadError
@@ -118,7 +119,10 @@ def serve(spec: LoadSpec, backend_name: str, control: socket.socket, inputs: Reg
             described = write_tensors(outputs, result)
             reply = encode_frame(Kind.RESULT, seq, outputs.size, {"tensors": described})
         except Exception as exc:
-            reply = encode_frame(Kind.ERROR, seq, 0, {"error": f"{type(exc).__name__}: {exc}"})
+            failure = {"error": f"{type(exc).__name__}: {exc}"}
+            if isinstance(exc, ModelError):  # a message the model meant for the client
+                failure["public"] = str(exc)
+            reply = encode_frame(Kind.ERROR, seq, 0, failure)
         control.sendall(reply)
     backend.close()
     return 0

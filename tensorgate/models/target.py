@@ -98,7 +98,7 @@ class Target:
             # A request that continues a sequence runs where the sequence began, on a version a
             # hot reload has retired too: only new sequences start on the newest.
             sequence_id = request.parameters.get("sequence_id")
-            sequence = sequences.get(sequence_id) if isinstance(sequence_id, int | str) else None
+            sequence = sequences.get(sequence_id) if isinstance(sequence_id, (int, str)) else None
             if sequence is not None:
                 servable = sequence.servable
         traffic = self._entry.traffic

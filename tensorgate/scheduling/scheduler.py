@@ -383,7 +383,8 @@ class Scheduler:
                 if not batch:
                     self._pool.release(instance)
                     continue
-                self._queue.take(batch)
+                for item in batch:  # not a prefix of the queue's order: the others stay in theirs
+                    self._queue.remove(item)
                 self._dispatch(instance, batch, ReleaseReason.IDLE, now)
                 dispatched = True
         self._arm(self._queue.next_deadline)
@@ -502,7 +503,12 @@ class Scheduler:
             total_rows = sum(rows)
             self._record_execution(total_rows, elapsed, len(batch))
             if self.pace is not None:
-                self.pace.observe(instance, total_rows, elapsed)
+                # A suspect batch that another instance beat (its copies answered first) was this
+                # instance's fault, not the model's pace: learning a hung batch's 20 s would stop the
+                # next hung batch from being suspected at all. One that won, or had no copies, is the
+                # model's pace (a longer input mix, a slower host) and is learned.
+                if not (run.hedged and any(p.future is not None and p.future.done() for p in batch)):
+                    self.pace.observe(instance, total_rows, elapsed)
                 if not run.suspect and self._suspects:
                     self._suspects.pop(instance, None)  # a batch at its pace ends a run of suspect ones
             responses = [
@@ -606,6 +612,7 @@ class Scheduler:
         bounds the extra executions of a batch of N to about 2N.
         """
         message = str(error)
+        public = error.public  # what the client may read: the model's own words, when it meant them
         fault = Fault(instance, message, len(batch))
         others = self._pool.available_count() - (1 if instance.available else 0)
         retry: list[Pending] = []
@@ -617,12 +624,12 @@ class Scheduler:
             item.attempts += 1
         if self.health is None:  # no health checks: no isolation either, as the configuration asks
             for item in batch:
-                self._refuse(item, message)
+                self._refuse(item, public)
             return retry
         if len(batch) == 1:
             item = batch[0]
             if others < 1 or (item.failed_alone is not None and item.failed_alone is not instance):
-                self._refuse(item, message)  # raised alone on two instances, or there is no other to try
+                self._refuse(item, public)  # raised alone on two instances, or there is no other to try
             else:
                 item.failed_alone = instance
                 retry.append(item)
@@ -637,8 +644,11 @@ class Scheduler:
                 retry.append(item)
         return retry
 
-    def _refuse(self, item: Pending, message: str) -> None:
-        settle(item.future, InternalError(f"model '{self.model}' failed to execute the request: {message}"))
+    def _refuse(self, item: Pending, public: str | None) -> None:
+        """Fail a request the model refuses: with the model's message when it meant one for the client
+        (``tensorgate.ModelError``); any other exception's text stays in the server log."""
+        detail = "" if public is None else f": {public}"
+        settle(item.future, InternalError(f"model '{self.model}' failed to execute the request{detail}"))
 
     def _report_health(self, instance: Instance, batch: list[Pending]) -> None:
         """A batch succeeded: its instance is well."""

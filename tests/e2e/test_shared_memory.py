@@ -509,10 +509,10 @@ def test_grpc_bad_registration_is_invalid_argument(server: ServerProcess) -> Non
         grpc.channel_ready_future(channel).result(timeout=10)
 
 
-def test_the_readme_example_runs_as_written(server: ServerProcess, tmp_path: Path) -> None:
-    """The README's shared-memory example, with only the address changed."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Tensors through shared memory") :]
+def test_the_documented_example_runs_as_written(server: ServerProcess, tmp_path: Path) -> None:
+    """The example of docs/shared-memory.md, with only the address changed."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "shared-memory.md").read_text(encoding="utf-8")
+    section = page[page.index("## An example") :]
     example = section[section.index("```python\n") + len("```python\n") : section.index("```\n", 10)]
     # Its own keys, so parallel runs of the suite do not meet in /dev/shm.
     suffix = uuid.uuid4().hex[:8]

@@ -128,6 +128,9 @@ async def test_a_batch_past_its_pace_is_answered_by_another_instance_and_only_on
     assert h.sample("tensorgate_hedge_wins_total", side="original") == 0
     assert h.sample("tensorgate_requests_total", outcome="success") == 1
     assert h.health.records[slow].in_rotation  # one suspect batch is not enough to take it out
+    # Beaten by its copy, the held batch was the instance's fault: the pace does not learn it (had
+    # it, the next hung batch of this size would not turn suspect for five times as long).
+    assert h.scheduler.pace is not None and h.scheduler.pace.suspect_after(slow, 1) == FLOOR_S
     await h.scheduler.aclose()
     await h.health.aclose()
 
@@ -158,6 +161,8 @@ async def test_the_suspect_batch_answering_first_wins_and_its_queued_copy_is_dro
     second_instance.release.set()  # its late answer is dropped
     await asyncio.wait_for(h.scheduler.drain(5), 6)
     assert h.sample("tensorgate_requests_total", outcome="success") == 2
+    # The suspect batch that answered first was the model's own pace: learned, it lifts the limit.
+    assert h.scheduler.pace is not None and h.scheduler.pace.suspect_after(first_instance, 1) > FLOOR_S
     await h.scheduler.aclose()
     await h.health.aclose()
 
