@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Debian programs the suite drives for real, installed before it runs (`make test` calls this;
 # the tests themselves install nothing): nginx (tests/deploy/test_nginx.py), Chromium
-# (tests/e2e/test_status_page.py), kubectl with kustomize (tests/deploy/test_kubernetes.py), and
-# Triton's perf_analyzer (tests/compat/fetch_perf_analyzer.sh).
+# (tests/e2e/test_status_page.py), kubectl with kustomize (tests/deploy/test_kubernetes.py), espeak-ng
+# (the speech tests/e2e/test_recognizer.py streams; synthetic audio without it), and Triton's
+# perf_analyzer (tests/compat/fetch_perf_analyzer.sh).
 # What is there already is left alone. Off Debian, or without root, it says so and does nothing:
 # the tests that need a missing program then skip, saying which.
 set -euo pipefail
@@ -13,6 +14,7 @@ have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 have nginx || missing+=(nginx)
 have chromium || missing+=(chromium)
 have kubectl || missing+=(kubectl)
+have espeak-ng || missing+=(espeak-ng)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null 2>&1 || [ "$(id -u)" != 0 ]; then
   echo "tests/system_packages.sh: not installing ${missing[*]} (needs Debian's apt-get and root); their tests skip" >&2

@@ -135,6 +135,10 @@ class HttpConnection:
             self.close()
             raise
 
+    async def connect(self) -> None:
+        """Open the connection now (before a run's clock starts) rather than on the first request."""
+        await self._connect()
+
     async def _connect(self) -> _Protocol:
         self.close()
         loop = asyncio.get_running_loop()

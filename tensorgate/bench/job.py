@@ -16,8 +16,10 @@ from tensorgate.bench.inputs import RequestTensors
 from tensorgate.bench.progress import Progress
 from tensorgate.bench.results import RunResult
 from tensorgate.bench.runner import LoadSpec, run_load
+from tensorgate.bench.sequences import SequenceSpec, run_sequences
 from tensorgate.bench.targets.base import Endpoint
 from tensorgate.bench.targets.factory import build_target
+from tensorgate.bench.targets.sequences import build_sequence_target
 from tensorgate.clock import Clock, MonotonicClock
 
 T = TypeVar("T")
@@ -29,7 +31,7 @@ class Job:
     endpoint: Endpoint
     model: str
     version: str | None
-    spec: LoadSpec
+    spec: LoadSpec | SequenceSpec  # requests (closed or open loop), or sequences at real-time pace
     tensors: list[RequestTensors] = field(default_factory=list)
     documents: list[dict[str, Any]] = field(default_factory=list)
 
@@ -38,6 +40,14 @@ async def run_job(
     job: Job, clock: Clock, progress: Progress | None = None, before: Callable[[], None] | None = None
 ) -> RunResult:
     """Encode the requests, then (after ``before``, a start barrier for client processes) run the load."""
+    if isinstance(job.spec, SequenceSpec):
+        sequences = build_sequence_target(job.protocol, job.endpoint, job.model, job.version, job.tensors)
+        try:
+            if before is not None:
+                await asyncio.to_thread(before)
+            return await run_sequences(sequences, job.spec, clock, progress)
+        finally:
+            await sequences.aclose()
     target = build_target(job.protocol, job.endpoint, job.model, job.version, job.tensors, job.documents, clock)
     try:
         if before is not None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from tensorgate.bench.job import Job, run_async, run_job
 from tensorgate.bench.results import RunResult, merge
+from tensorgate.bench.sequences import SequenceSpec
 from tensorgate.clock import MonotonicClock
 from tensorgate.memory import tune_malloc
 
@@ -30,6 +31,14 @@ def split(job: Job, processes: int) -> list[Job]:
     """The per-process jobs; processes that would get no work are left out."""
     spec = job.spec
     jobs = []
+    if isinstance(spec, SequenceSpec):  # each process drives its own slots (phases and ids apart)
+        first = spec.first_slot
+        for i in range(processes):
+            slots = share(spec.slots, processes, i)
+            if slots:
+                jobs.append(replace(job, spec=replace(spec, slots=slots, first_slot=first, total_slots=spec.all_slots)))
+            first += slots
+        return jobs
     for i in range(processes):
         concurrency = None if spec.concurrency is None else share(spec.concurrency, processes, i)
         requests = None if spec.requests is None else share(spec.requests, processes, i)

@@ -30,8 +30,25 @@ class SloCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class SequenceLoad:
+    """What a ``--sequences`` run offered and what became of its sequences."""
+
+    chunks: int  # per sequence
+    interval_s: float  # between a sequence's chunks
+    completed: int  # sequences sent to their end
+    failed: int  # sequences cut short by a failed chunk
+
+    def describe(self, sequences: float) -> str:
+        rate = sequences / self.interval_s
+        return (
+            f"{sequences:g} concurrent sequences of {self.chunks} chunks, one every {self.interval_s * 1000:g} ms "
+            f"({rate:,.1f} chunks/s offered); {self.completed} sequences completed, {self.failed} cut short"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RunReport:
-    mode: str  # "concurrency" (closed loop) or "rate" (open loop)
+    mode: str  # "concurrency" (closed loop), "rate" (open loop) or "sequences" (real-time streams)
     level: float
     requests: int
     successes: int
@@ -45,6 +62,7 @@ class RunReport:
     tokens_per_s: float
     slos: tuple[SloCheck, ...]
     server: ServerDelta | None
+    sequences: SequenceLoad | None = None
 
     @property
     def slos_met(self) -> bool:
@@ -52,12 +70,20 @@ class RunReport:
 
     @property
     def label(self) -> str:
+        if self.mode == "sequences":
+            return f"seq={self.level:g}"
         return f"c={self.level:g}" if self.mode == "concurrency" else f"rate={self.level:g}/s"
 
 
 def build_report(
-    mode: str, level: float, result: RunResult, slos: Sequence[Slo], server: ServerDelta | None = None
+    mode: str,
+    level: float,
+    result: RunResult,
+    slos: Sequence[Slo],
+    server: ServerDelta | None = None,
+    sequences: tuple[int, float] | None = None,
 ) -> RunReport:
+    """``sequences``: (chunks per sequence, interval in seconds) for a ``--sequences`` run."""
     latency = summarize(result.latencies, extra_percentiles(list(slos)))
     streaming = bool(result.ttft)
     return RunReport(
@@ -75,6 +101,9 @@ def build_report(
         tokens_per_s=result.tokens_per_s,
         slos=tuple(SloCheck(s.text, s.measured(latency), s.limit_s, s.met(latency)) for s in slos),
         server=server,
+        sequences=None
+        if sequences is None
+        else SequenceLoad(sequences[0], sequences[1], result.sequences, result.sequences_failed),
     )
 
 
@@ -132,6 +161,15 @@ def report_json(report: RunReport) -> dict[str, Any]:
             "itl_s": _summary_json(report.itl),
             "tokens": report.tokens,
             "tokens_per_s": _num(report.tokens_per_s),
+        }
+    if report.sequences is not None:
+        load = report.sequences
+        document["sequences"] = {
+            "concurrent": report.level,
+            "chunks_per_sequence": load.chunks,
+            "chunk_interval_s": load.interval_s,
+            "completed": load.completed,
+            "failed": load.failed,
         }
     if report.server is not None:
         s = report.server
@@ -219,6 +257,8 @@ def render_table(reports: Sequence[RunReport]) -> str:
     ]
     parts = ["latency in ms", _table(header, rows)]
     for r in reports:
+        if r.sequences is not None:
+            parts.append(f"{r.label}: {r.sequences.describe(r.level)}; latency is per chunk, from when it was due")
         if r.errors:
             parts.append(f"{r.label} errors: " + ", ".join(f"{k}: {v}" for k, v in r.errors.items()))
         if r.ttft is not None and r.itl is not None:
@@ -250,3 +290,13 @@ def _server_line(r: RunReport) -> str:
         f"{r.label} server: requests {outcomes}; mean queue {format_ms(s.queue_mean_s)} ms, "
         f"mean compute {format_ms(s.compute_mean_s)} ms; mean batch {s.mean_batch_size:.2f}; batches {batches}"
     )
+
+
+def search_summary(sustained: int, failed: int | None, slos: Sequence[str]) -> str:
+    """The answer of ``--search``: how many concurrent real-time sequences met every objective."""
+    within = ", ".join(slos) + " and no error"
+    if sustained == 0:
+        return f"search: no count of concurrent sequences met {within} (even {failed} did not)"
+    if failed is None:
+        return f"search: sustains at least {sustained} concurrent real-time sequences within {within} (--max-sequences)"
+    return f"search: sustains {sustained} concurrent real-time sequences within {within}; {failed} did not"

@@ -26,6 +26,8 @@ class RunResult:
     itl: list[float] = field(default_factory=list)
     tokens: int = 0
     elapsed_s: float = 0.0
+    sequences: int = 0  # ``--sequences``: sequences sent to their last chunk, every chunk answered
+    sequences_failed: int = 0  # ``--sequences``: sequences cut short by a failed chunk
 
     @property
     def successes(self) -> int:
@@ -58,6 +60,8 @@ def merge(results: Iterable[RunResult]) -> RunResult:
         merged.ttft.extend(result.ttft)
         merged.itl.extend(result.itl)
         merged.tokens += result.tokens
+        merged.sequences += result.sequences
+        merged.sequences_failed += result.sequences_failed
         errors.update(result.errors)
         merged.elapsed_s = max(merged.elapsed_s, result.elapsed_s)
     merged.errors = dict(errors)

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 from tensorgate.bench.stats import Summary
 
+# The seed's real-time speech objectives, per chunk: what ``--sequences`` checks unless given others.
+REAL_TIME_SPEECH = ("p50=20ms", "p90=50ms", "p99=100ms")
+
 _UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
 _PATTERN = re.compile(r"^\s*(mean|p(\d+(?:\.\d+)?))\s*=\s*(\d+(?:\.\d+)?)\s*(us|µs|ms|s)\s*$", re.IGNORECASE)
 
@@ -50,3 +53,8 @@ def parse_slo(text: str) -> Slo:
 def extra_percentiles(slos: list[Slo]) -> list[float]:
     """The percentiles the summaries must compute so every SLO can be checked."""
     return [s.percentile for s in slos if s.percentile is not None]
+
+
+def real_time_speech() -> list[Slo]:
+    """:data:`REAL_TIME_SPEECH` parsed."""
+    return [parse_slo(text) for text in REAL_TIME_SPEECH]

@@ -1,7 +1,12 @@
 """``tensorgate bench``: load a model server (ours or any that speaks the protocol) and check SLOs.
 
-Exit status: 0 when every ``--slo`` is met, 3 when one is missed, 1 when the run could not be
-set up or no request succeeded, 2 for bad arguments (argparse).
+``--sequences N`` drives N concurrent sequences (Triton's sequence batcher: streams of audio chunks)
+at real-time pace instead of independent requests, and checks the real-time speech SLO per chunk
+unless ``--slo`` gives others; ``--search`` finds how many such sequences the server sustains.
+
+Exit status: 0 when every ``--slo`` is met (``--search``: when some count of sequences met them),
+3 when one is missed, 1 when the run could not be set up or no request succeeded, 2 for bad
+arguments (argparse).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,14 +25,25 @@ from tensorgate.bench.job import Job, execute
 from tensorgate.bench.parallel import run_processes
 from tensorgate.bench.prepare import model_inputs, openai_requests, tensor_requests
 from tensorgate.bench.progress import Progress
-from tensorgate.bench.report import RunReport, build_report, render_table, report_json, warnings, write_csv
+from tensorgate.bench.report import (
+    RunReport,
+    build_report,
+    render_table,
+    report_json,
+    search_summary,
+    warnings,
+    write_csv,
+)
 from tensorgate.bench.results import RunResult
 from tensorgate.bench.runner import DEFAULT_MAX_INFLIGHT, LoadSpec
+from tensorgate.bench.sequences import SequenceSpec
 from tensorgate.bench.server_metrics import metrics_delta, scrape
-from tensorgate.bench.slo import Slo, parse_slo
-from tensorgate.bench.targets.base import PROTOCOLS, is_grpc, parse_endpoint
+from tensorgate.bench.slo import REAL_TIME_SPEECH, Slo, parse_slo, real_time_speech
+from tensorgate.bench.stream_search import StreamSearch
+from tensorgate.bench.targets.base import PROTOCOLS, Endpoint, is_grpc, parse_endpoint
 from tensorgate.bench.targets.factory import is_streaming
 from tensorgate.bench.targets.openai import DEFAULT_PROMPT
+from tensorgate.bench.targets.sequences import SEQUENCE_PROTOCOLS
 from tensorgate.bench.units import parse_duration
 from tensorgate.clock import MonotonicClock
 from tensorgate.memory import tune_malloc
@@ -60,7 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--url",
         help="server URL (default http://127.0.0.1:8080; 127.0.0.1:8081 for grpc; https://, grpcs:// for TLS)",
     )
-    parser.add_argument("--protocol", choices=PROTOCOLS, default="v2-json", help="wire protocol (default v2-json)")
+    parser.add_argument(
+        "--protocol", choices=PROTOCOLS, help="wire protocol (default v2-json; grpc-stream with --sequences)"
+    )
     load = parser.add_argument_group("load")
     load.add_argument("-c", "--concurrency", type=int, default=None, help="closed loop: requests in flight (default 1)")
     load.add_argument("--rate", type=float, help="open loop: Poisson arrivals at this many requests/s")
@@ -78,6 +97,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--processes", type=int, default=1, help="spread the client over N processes")
     load.add_argument("--timeout", type=_argument(parse_duration, "--timeout"), default=30.0, help="per request")
     load.add_argument("--max-inflight", type=int, default=DEFAULT_MAX_INFLIGHT, help="open loop: cap on outstanding")
+    streams = parser.add_argument_group("sequences (stateful streams, Triton's sequence batcher)")
+    streams.add_argument(
+        "--sequences",
+        type=int,
+        metavar="N",
+        help="drive N concurrent sequences at real-time pace; latency per chunk (default SLO: "
+        f"{', '.join(REAL_TIME_SPEECH)})",
+    )
+    streams.add_argument("--chunks-per-sequence", type=int, default=20, metavar="K", help="chunks in a sequence")
+    streams.add_argument(
+        "--chunk-interval-ms", type=float, default=100.0, metavar="T", help="a sequence sends a chunk every T ms"
+    )
+    streams.add_argument(
+        "--search",
+        action="store_true",
+        help="find the most concurrent sequences that meet the SLOs with no error, from --sequences up",
+    )
+    streams.add_argument("--max-sequences", type=int, default=1024, help="--search: the most sequences to try")
+    streams.add_argument("--sequence-id-base", type=int, help="the first sequence id (default: a random one)")
     data = parser.add_argument_group("inputs")
     data.add_argument("--batch-size", type=int, default=1, help="first dimension when metadata says -1")
     data.add_argument(
@@ -176,6 +214,11 @@ def run(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.rate is not None:
         print("tensorgate bench: -c and --rate exclude each other", file=sys.stderr)
         return 2
+    problem = _sequence_arguments(args)
+    if problem:
+        print(f"tensorgate bench: {problem}", file=sys.stderr)
+        return 2
+    args.protocol = args.protocol or ("grpc-stream" if args.sequences is not None else "v2-json")
     tune_malloc()  # the client shares the machine with the server it measures: it must cost little
     try:
         return _bench(args)
@@ -202,6 +245,8 @@ def _bench(args: argparse.Namespace) -> int:
         if file_requests is None:
             metas = model_inputs(args.protocol, endpoint, args.model, args.model_version, args.timeout)
         tensors = tensor_requests(file_requests, metas, args.batch_size, dict(args.shape), args.seed)
+    if args.sequences is not None:
+        return _bench_sequences(args, endpoint, tensors)
     slos: list[Slo] = args.slo
     reports: list[RunReport] = []
     last = RunResult()
@@ -225,3 +270,89 @@ def _bench(args: argparse.Namespace) -> int:
     if any(not r.slos_met for r in reports):
         return SLO_MISSED
     return 0 if any(r.successes for r in reports) else 1
+
+
+def _sequence_arguments(args: argparse.Namespace) -> str | None:
+    """What is wrong with the sequence options, if anything."""
+    if args.sequences is None:
+        if args.search:
+            return "--search needs --sequences N (the count it starts from)"
+        return None
+    if args.sequences < 1 or args.chunks_per_sequence < 1 or not args.chunk_interval_ms > 0:
+        return "--sequences and --chunks-per-sequence must be at least 1, --chunk-interval-ms positive"
+    if args.concurrency is not None or args.rate is not None or args.sweep or args.requests is not None:
+        return "--sequences sets the load itself: leave out -c, --rate, --sweep and -n (-z runs sequences back to back)"
+    if args.protocol is not None and args.protocol not in SEQUENCE_PROTOCOLS:
+        return f"--sequences speaks {', '.join(SEQUENCE_PROTOCOLS)}, not {args.protocol}"
+    if args.search and not 1 <= args.sequences <= args.max_sequences:
+        return "--search starts at --sequences, which must be within 1..--max-sequences"
+    if args.sequence_id_base is not None and not 1 <= args.sequence_id_base < 2**62:
+        return "--sequence-id-base must be within 1..2**62"
+    return None
+
+
+def _bench_sequences(args: argparse.Namespace, endpoint: Endpoint, tensors: list[Any]) -> int:
+    """One run of ``--sequences N``, or the runs of ``--search``."""
+    slos: list[Slo] = args.slo or real_time_speech()
+    # Ids apart from any other client's (random), and from one run of a search to the next.
+    base = args.sequence_id_base or random.SystemRandom().randrange(1, 2**61)
+    interval_s = args.chunk_interval_ms / 1000.0
+    reports: list[RunReport] = []
+    results: list[RunResult] = []
+
+    def one(count: int) -> RunReport:
+        spec = SequenceSpec(
+            slots=count,
+            chunks=args.chunks_per_sequence,
+            interval_s=interval_s,
+            duration_s=args.duration,
+            warmup_s=args.warmup,
+            timeout_s=args.timeout,
+            first_id=base + len(reports) * 2**40,
+        )
+        job = Job(args.protocol, endpoint, args.model, args.model_version, spec, tensors)
+        before = scrape(args.metrics_url) if args.metrics_url else None
+        result = _run_sequences(job, max(1, args.processes))
+        results.append(result)
+        after = scrape(args.metrics_url) if args.metrics_url else None
+        server = metrics_delta(before, after, args.model) if before is not None and after is not None else None
+        report = build_report("sequences", count, result, slos, server, (args.chunks_per_sequence, interval_s))
+        reports.append(report)
+        return report
+
+    if not args.search:
+        one(args.sequences)
+    else:
+        search = StreamSearch(start=args.sequences, limit=args.max_sequences)
+        while (count := search.next()) is not None:
+            report = one(count)
+            search.record(count, report.slos_met and not report.errors and report.successes > 0)
+    print(render_table(reports))
+    if args.search:
+        print(search_summary(search.sustained, search.failed, [s.text for s in slos]))
+    for note in [n for r in reports for n in warnings(r)]:
+        print(f"warning: {note}", file=sys.stderr)
+    _write(args, reports, results[-1])
+    if args.search and args.json is not None:
+        document = json.loads(args.json.read_text())
+        document["search"] = {
+            "sustained": search.sustained,
+            "first_failed": search.failed,
+            "slos": [s.text for s in slos],
+        }
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
+    if args.search:
+        return 0 if search.sustained else SLO_MISSED
+    if not reports[0].slos_met:
+        return SLO_MISSED
+    return 0 if reports[0].successes else 1
+
+
+def _run_sequences(job: Job, processes: int) -> RunResult:
+    if processes > 1:
+        return run_processes(job, processes)
+    assert isinstance(job.spec, SequenceSpec)
+    spec = job.spec
+    planned = (spec.duration_s or spec.chunks * spec.interval_s) + spec.warmup_s
+    progress = Progress(MonotonicClock(), planned) if Progress.wanted() else None
+    return execute(job, progress)

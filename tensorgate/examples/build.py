@@ -2,6 +2,9 @@
 
 - ``mlp``: a tabular classifier, ``features`` FP32 [-1, 16] -> ``probabilities`` FP32 [-1, 3].
 - ``cnn``: a small image classifier, ``image`` FP32 [-1, 3, 32, 32] -> ``probabilities`` FP32 [-1, 10].
+- ``classify``: a pipeline over ``cnn`` with a Python step on each side (raw pixels in, top 3 out).
+- ``recognizer``: a streaming speech recognizer, a pipeline of three sequence models
+  (:mod:`tensorgate.examples.recognizer`): 16 kHz PCM chunks in, the partial transcript out.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from tensorgate.examples.recognizer import repository as recognizer
 
 SEED = 7
 OPSET = 17
@@ -186,7 +191,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 # The models build_example_repository writes.
-EXAMPLE_MODELS = frozenset({"mlp", "cnn", "preprocess", "topk", "classify"})
+EXAMPLE_MODELS = frozenset({"mlp", "cnn", "preprocess", "topk", "classify"}) | recognizer.RECOGNIZER_MODELS
 
 
 def build_example_repository(root: Path) -> Path:
@@ -201,8 +206,11 @@ def build_example_repository(root: Path) -> Path:
         root / "topk" / "config.yaml": TOPK_CONFIG.encode(),
         root / "topk" / "1" / "model.py": TOPK_MODEL.encode(),
         root / "classify" / "config.yaml": CLASSIFY_CONFIG.encode(),
+        **recognizer.recognizer_files(root),
     }
-    (root / "classify" / "1").mkdir(parents=True, exist_ok=True)  # a pipeline's version holds no file
+    # A pipeline's version holds no file.
+    for directory in [root / "classify" / "1", *recognizer.recognizer_directories(root)]:
+        directory.mkdir(parents=True, exist_ok=True)
     for path, data in files.items():
         if not path.exists() or path.read_bytes() != data:
             _write_atomic(path, data)
@@ -210,7 +218,10 @@ def build_example_repository(root: Path) -> Path:
 
 
 def default_example_repository() -> Path:
-    """The examples in the user's cache directory, keyed by a digest of this file's generator."""
-    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    """The examples in the user's cache directory, keyed by a digest of the files they are made from."""
+    hasher = hashlib.sha256()
+    for source in [Path(__file__), *recognizer.sources()]:
+        hasher.update(source.read_bytes())
+    digest = hasher.hexdigest()[:12]
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     return build_example_repository(base / "tensorgate" / f"examples-{digest}")

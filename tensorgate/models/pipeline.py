@@ -56,6 +56,9 @@ PLATFORM = "ensemble"  # Triton's name for it, which its clients show
 # The pipelines a request is inside of, outermost first: a guard against a cycle that slipped past
 # the load-time check (two pipelines whose configurations changed at the same moment).
 _CALLERS: ContextVar[tuple[str, ...]] = ContextVar("tensorgate_pipeline_callers", default=())
+# Request parameters every step gets as the pipeline got them: Triton's sequence parameters, so
+# that steps which are sequence models keep their state per sequence (as Triton's ensembles do).
+FORWARDED_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end")
 
 
 class StepRunner(Protocol):
@@ -289,6 +292,7 @@ class PipelineVersion:
 
     async def _run_steps(self, request: InferRequest, started: float) -> dict[str, Array]:
         tensors: dict[str, Array] = dict(request.inputs)
+        forwarded = {name: request.parameters[name] for name in FORWARDED_PARAMETERS if name in request.parameters}
         deadline = None if request.timeout_s is None else started + request.timeout_s
         for index, step in enumerate(self.steps, start=1):
             label = f"pipeline '{self.name}' step {index} ('{step.model}')"
@@ -307,7 +311,7 @@ class PipelineVersion:
                 version=step.version,
                 inputs={name: tensors[source] for name, source in step.inputs.items()},
                 outputs=tuple(step.outputs),
-                parameters={},
+                parameters=dict(forwarded),
                 priority=request.priority,
                 timeout_s=timeout,
                 id=request.id,

@@ -25,7 +25,7 @@ STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 _MAX_MESSAGE = 1 << 30
 
 
-def _stubs() -> tuple[Any, Any]:
+def stubs() -> tuple[Any, Any]:
     # The same wire messages as Triton's and KServe's (a test pins them against tritonclient's).
     from tensorgate.protocols.grpc.generated import grpc_service_pb2, grpc_service_pb2_grpc
 
@@ -34,7 +34,7 @@ def _stubs() -> tuple[Any, Any]:
 
 def infer_request_bytes(model: str, version: str | None, tensors: RequestTensors) -> bytes:
     """A serialized ``inference.ModelInferRequest`` with every input in ``raw_input_contents``."""
-    service_pb2, _ = _stubs()
+    service_pb2, _ = stubs()
     request = service_pb2.ModelInferRequest(model_name=model, model_version=version or "")
     for tensor in tensors:
         entry = request.inputs.add()
@@ -45,7 +45,7 @@ def infer_request_bytes(model: str, version: str | None, tensors: RequestTensors
     return bytes(request.SerializeToString())
 
 
-def _channel(endpoint: Endpoint, own_connection: bool = False) -> Any:
+def open_channel(endpoint: Endpoint, own_connection: bool = False) -> Any:
     import grpc
 
     options = [("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.max_receive_message_length", _MAX_MESSAGE)]
@@ -58,7 +58,7 @@ def _channel(endpoint: Endpoint, own_connection: bool = False) -> Any:
     return grpc.aio.insecure_channel(endpoint.authority, options=options)
 
 
-def _metadata(endpoint: Endpoint) -> tuple[tuple[str, str], ...]:
+def call_metadata(endpoint: Endpoint) -> tuple[tuple[str, str], ...]:
     return tuple((name.lower(), value) for name, value in endpoint.request_headers)
 
 
@@ -66,14 +66,14 @@ async def fetch_metadata(endpoint: Endpoint, model: str, version: str | None, ti
     """The model's inputs from ``ModelMetadata``, for servers that speak only gRPC."""
     import grpc
 
-    service_pb2, service_pb2_grpc = _stubs()
-    channel = _channel(endpoint)
+    service_pb2, service_pb2_grpc = stubs()
+    channel = open_channel(endpoint)
     try:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         reply = await stub.ModelMetadata(
             service_pb2.ModelMetadataRequest(name=model, version=version or ""),
             timeout=timeout_s,
-            metadata=_metadata(endpoint),
+            metadata=call_metadata(endpoint),
         )
     except grpc.aio.AioRpcError as exc:
         raise RuntimeError(
@@ -121,7 +121,7 @@ class GrpcTarget:
                     connection.transport.close()
         if status.code == 0:
             return Outcome()
-        return Outcome(f"grpc {_STATUS_NAMES.get(status.code, 'UNKNOWN')}")
+        return Outcome(f"grpc {STATUS_NAMES.get(status.code, 'UNKNOWN')}")
 
     async def aclose(self) -> None:
         connections = list(self._all)
@@ -131,7 +131,7 @@ class GrpcTarget:
 
 
 # grpc-status numbers to grpc.StatusCode names; NO_STATUS (a reset stream, no status) is its own.
-_STATUS_NAMES = {
+STATUS_NAMES = {
     -1: "NO_STATUS",
     **dict(
         enumerate(
@@ -179,7 +179,7 @@ class GrpcStreamTarget:
         self._endpoint = endpoint
         self._requests = list(requests)
         self._channels: list[Any] = []
-        self._answer = _stubs()[0].ModelStreamInferResponse
+        self._answer = stubs()[0].ModelStreamInferResponse
         self._idle: list[tuple[Any, Any]] = []  # (channel, stream) with no request in flight
         self._spare: list[Any] = []  # channels whose stream was closed
         self._streams: set[Any] = set()  # every stream opened and not yet closed
@@ -188,11 +188,11 @@ class GrpcStreamTarget:
         if self._spare:
             channel = self._spare.pop()
         else:
-            channel = _channel(self._endpoint, own_connection=True)
+            channel = open_channel(self._endpoint, own_connection=True)
             self._channels.append(channel)
         # No request serializer (the requests are bytes); answers are parsed for error_message.
         stream = channel.stream_stream(STREAM_METHOD, response_deserializer=self._answer.FromString)(
-            metadata=_metadata(self._endpoint)
+            metadata=call_metadata(self._endpoint)
         )
         self._streams.add(stream)
         return channel, stream
@@ -209,7 +209,7 @@ class GrpcStreamTarget:
                 if answer is grpc.aio.EOF:  # the server ended the stream without answering
                     return Outcome("grpc stream ended")
                 failed = failed or bool(answer.error_message)
-                if _final(answer):
+                if is_final(answer):
                     break
             reusable = True
         except grpc.aio.AioRpcError as exc:
@@ -230,7 +230,7 @@ class GrpcStreamTarget:
             await channel.close()
 
 
-def _final(answer: Any) -> bool:
+def is_final(answer: Any) -> bool:
     """Whether ``answer`` is its request's last: marked so, or from a server that marks none."""
     flag = answer.infer_response.parameters.get("triton_final_response")
     return flag is None or bool(flag.bool_param)
