@@ -143,11 +143,12 @@ def _declared(spec: TensorSpec, results: Mapping[str, object]) -> Array:
     """One output as config.yaml declares it: present, and of its datatype (numbers cast within their kind).
 
     Checked here, on the instance, so a model that returns the wrong thing fails with a message that
-    names the output (a ModelError: the client reads it too, as Triton's would) instead of breaking the batch split or the encoder further down. Always a copy:
-    a model may write its answers into a buffer it reuses on the next call, and the scheduler hands
-    the instance its next batch while this one's answers are still being encoded (a test with a
-    reused buffer and 16 clients saw half the answers overwritten). onnxruntime's outputs are new
-    arrays on every run, so only this backend pays for the copy.
+    names the output (a ModelError: the client reads it too, as Triton's would) instead of breaking
+    the batch split or the encoder further down. Always a copy: a model may write its answers into
+    a buffer it reuses on the next call, and the scheduler hands the instance its next batch while
+    this one's answers are still being encoded (a test with a reused buffer and 16 clients saw half
+    the answers overwritten). onnxruntime's outputs are new arrays on every run, so only this
+    backend pays for the copy.
     """
     if spec.name not in results:
         raise ModelError(f"execute returned no output '{spec.name}' (it returned {sorted(map(str, results))})")
