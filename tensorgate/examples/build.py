@@ -174,6 +174,36 @@ steps:
   - {model: topk, inputs: {probabilities: probabilities}, outputs: {classes: classes, scores: scores}}
 """
 
+# A decoupled model: COUNT responses per request, streamed from a thread of its own (docs/model-repository.md).
+COUNTDOWN_CONFIG = """\
+backend: python
+max_batch_size: 0
+model_transaction_policy: {decoupled: true}
+inputs:
+  - {name: COUNT, datatype: INT32, shape: [1]}
+outputs:
+  - {name: VALUE, datatype: INT32, shape: [1]}
+"""
+COUNTDOWN_MODEL = """\
+import threading
+
+import numpy as np
+from tensorgate import PythonModel
+
+
+class Countdown(PythonModel):
+    def execute_decoupled(self, inputs, sender):  # one request: answer through its sender
+        count = int(inputs["COUNT"][0])
+        threading.Thread(target=self.stream, args=(sender, count), daemon=True).start()
+
+    def stream(self, sender, count):  # after execute_decoupled returned: the instance serves others
+        for i in range(count):
+            if sender.is_cancelled():  # the client went away, or the deadline passed
+                break
+            sender.send({"VALUE": np.array([i], np.int32)})
+        sender.send(final=True)  # the request's last word; nothing can be sent after it
+"""
+
 
 def _finish(graph: onnx.GraphProto) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tensorgate")
@@ -191,7 +221,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 # The models build_example_repository writes.
-EXAMPLE_MODELS = frozenset({"mlp", "cnn", "preprocess", "topk", "classify"}) | recognizer.RECOGNIZER_MODELS
+EXAMPLE_MODELS = frozenset({"mlp", "cnn", "preprocess", "topk", "classify", "countdown"}) | recognizer.RECOGNIZER_MODELS
 
 
 def build_example_repository(root: Path) -> Path:
@@ -206,6 +236,8 @@ def build_example_repository(root: Path) -> Path:
         root / "topk" / "config.yaml": TOPK_CONFIG.encode(),
         root / "topk" / "1" / "model.py": TOPK_MODEL.encode(),
         root / "classify" / "config.yaml": CLASSIFY_CONFIG.encode(),
+        root / "countdown" / "config.yaml": COUNTDOWN_CONFIG.encode(),
+        root / "countdown" / "1" / "model.py": COUNTDOWN_MODEL.encode(),
         **recognizer.recognizer_files(root),
     }
     # A pipeline's version holds no file.
