@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,7 +77,10 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        repo = build_example_repository(work / "repo")
+        # Only the mlp: an earlier revision may not know the configuration of later examples.
+        examples = build_example_repository(work / "examples")
+        repo = work / "repo"
+        shutil.copytree(examples / "mlp", repo / "mlp")
         copies = {"this tree": pure_copy(work / "current")}
         (work / "baseline").mkdir()
         commit = export(args.baseline, work / "baseline")
