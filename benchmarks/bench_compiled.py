@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -29,8 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _profile import compiled_code_in, pure_copy, pure_env
+from _side_by_side import Driver, SideBySide, spread
 from bench_client_vs_hey import Measure, ensure_hey, run_hey
-from bench_front_end import Endpoint, Run, measure
 
 from tensorgate.bench.inputs import Tensor
 from tensorgate.bench.targets.http_tensor import v2_json_body
@@ -60,10 +59,6 @@ def run_grpc(address: str, seconds: float, out: Path) -> Measure:
         latency["mean"] * 1000,
         sum(run["errors"].values()),
     )
-
-
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.3f}x (rounds {min(values):.3f}x to {max(values):.3f}x)"
 
 
 def main() -> int:
@@ -115,18 +110,12 @@ def main() -> int:
                 address = servers[build].grpc_address
                 return lambda: run_grpc(address, args.seconds, work / f"grpc-{build}.json")
 
-            drivers = {"HTTP V2 JSON (hey)": http, "gRPC (tensorgate bench)": grpc}
+            drivers: dict[str, Driver] = {"HTTP V2 JSON (hey)": http, "gRPC (tensorgate bench)": grpc}
             for build in BUILDS:  # warm both: first calls, the allocator, the caches
                 run_hey([], hey, f"{servers[build].url}/v2/models/mlp/infer", body_path, 1, CLIENTS)
                 run_grpc(servers[build].grpc_address, 1, work / "warm.json")
-            runs: list[tuple[int, str, str, Run]] = []
-            for round_no in range(args.rounds):
-                order = BUILDS if round_no % 2 == 0 else BUILDS[::-1]
-                for protocol, driver in drivers.items():
-                    for build in order:
-                        pid = pids[build]
-                        endpoint = Endpoint(build, "", lambda pid=pid: [pid], pid)
-                        runs.append((round_no, protocol, build, measure(endpoint, protocol, CLIENTS, driver(build))))
+            sides = SideBySide(BUILDS, pids, CLIENTS)
+            sides.run(drivers, args.rounds)
     lines += [
         f"The bundled `mlp` served by the installed build (mypyc: {len(mapped['compiled'])} compiled "
         f"librar{'y' if len(mapped['compiled']) == 1 else 'ies'} mapped) and by a pure-Python copy of the same "
@@ -138,20 +127,8 @@ def main() -> int:
     ]
     verdicts, notes = [], []
     for protocol in drivers:
-        for build in BUILDS:
-            mine = sorted((r for _, p, b, r in runs if (p, b) == (protocol, build)), key=lambda r: r.measure.rps)
-            mid = mine[len(mine) // 2]
-            m = mid.measure
-            errors = sum(r.measure.errors for r in mine)
-            lines.append(
-                f"| {protocol} | {build} | {m.rps:,.0f} | {m.p50_ms:.2f} | {m.p99_ms:.2f} | {mid.server_us:.0f} "
-                f"| {errors} |"
-            )
-        rps, cpu = [], []
-        for round_no in range(args.rounds):
-            pair = {b: r for n, p, b, r in runs if (n, p) == (round_no, protocol)}
-            rps.append(pair["compiled"].measure.rps / pair["pure"].measure.rps)
-            cpu.append(pair["compiled"].server_us / pair["pure"].server_us)
+        lines += sides.rows(protocol)
+        rps, cpu = sides.ratios(protocol)
         pays = min(rps) > 1.0 and max(cpu) < 1.0
         within = min(rps) <= 1.0 <= max(rps)
         verdict = "pays" if pays else ("within the host's noise" if within else "does not pay")

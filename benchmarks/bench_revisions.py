@@ -18,7 +18,6 @@ import argparse
 import io
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -31,9 +30,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _profile import pure_copy, pure_env
+from _side_by_side import Driver, SideBySide, spread
 from bench_client_vs_hey import Measure, ensure_hey, run_hey
 from bench_compiled import run_grpc
-from bench_front_end import Endpoint, Run, measure
 
 from tensorgate.bench.inputs import Tensor
 from tensorgate.bench.targets.http_tensor import v2_json_body
@@ -57,10 +56,6 @@ def export(revision: str, dest: Path) -> str:
         tar.extractall(dest, filter="data")
     (dest / "tensorgate" / "_build.json").write_text(json.dumps({"compiled": {}, "pure": True}))
     return commit
-
-
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.3f}x (rounds {min(values):.3f}x to {max(values):.3f}x)"
 
 
 def main() -> int:
@@ -115,18 +110,16 @@ def main() -> int:
                 address = servers[tree].grpc_address
                 return lambda: run_grpc(address, args.seconds, work / f"grpc-{tree.replace(' ', '-')}.json")
 
-            drivers = {"HTTP V2 JSON (hey)": v2, "HTTP V1 :predict (hey)": v1, "gRPC (tensorgate bench)": grpc}
+            drivers: dict[str, Driver] = {
+                "HTTP V2 JSON (hey)": v2,
+                "HTTP V1 :predict (hey)": v1,
+                "gRPC (tensorgate bench)": grpc,
+            }
             for tree in TREES:  # warm both
                 for driver in drivers.values():
                     driver(tree)()
-            runs: list[tuple[int, str, str, Run]] = []
-            for round_no in range(args.rounds):
-                order = TREES if round_no % 2 == 0 else TREES[::-1]
-                for protocol, driver in drivers.items():
-                    for tree in order:
-                        pid = pids[tree]
-                        endpoint = Endpoint(tree, "", lambda pid=pid: [pid], pid)
-                        runs.append((round_no, protocol, tree, measure(endpoint, protocol, CLIENTS, driver(tree))))
+            sides = SideBySide(TREES, pids, CLIENTS)
+            sides.run(drivers, args.rounds)
     lines += [
         f"The bundled `mlp` served by a pure-Python copy of this tree and by the package as it was at "
         f"`{commit}`, side by side; {args.rounds} rounds of {args.seconds:g} s per client and tree, the trees' "
@@ -137,20 +130,8 @@ def main() -> int:
     ]
     notes = []
     for protocol in drivers:
-        for tree in TREES:
-            mine = sorted((r for _, p, t, r in runs if (p, t) == (protocol, tree)), key=lambda r: r.measure.rps)
-            mid = mine[len(mine) // 2]
-            m = mid.measure
-            errors = sum(r.measure.errors for r in mine)
-            lines.append(
-                f"| {protocol} | {tree} | {m.rps:,.0f} | {m.p50_ms:.2f} | {m.p99_ms:.2f} | {mid.server_us:.0f} "
-                f"| {errors} |"
-            )
-        rps, cpu = [], []
-        for round_no in range(args.rounds):
-            pair = {t: r for n, p, t, r in runs if (n, p) == (round_no, protocol)}
-            rps.append(pair["this tree"].measure.rps / pair["baseline"].measure.rps)
-            cpu.append(pair["this tree"].server_us / pair["baseline"].server_us)
+        lines += sides.rows(protocol)
+        rps, cpu = sides.ratios(protocol)
         if max(rps) < 1.0:
             verdict = "slower"
         elif min(rps) > 1.0:
