@@ -198,22 +198,10 @@ class GrpcStreamTarget:
         return channel, stream
 
     async def call(self, index: int) -> Outcome:
-        import grpc
-
         channel, stream = self._idle.pop() if self._idle else self._open()
-        reusable = failed = False
+        reusable = False
         try:
-            await stream.write(self._requests[index % len(self._requests)])
-            while True:
-                answer = await stream.read()
-                if answer is grpc.aio.EOF:  # the server ended the stream without answering
-                    return Outcome("grpc stream ended")
-                failed = failed or bool(answer.error_message)
-                if is_final(answer):
-                    break
-            reusable = True
-        except grpc.aio.AioRpcError as exc:
-            return Outcome(f"grpc {exc.code().name}")
+            outcome, reusable = await exchange(stream, self._requests[index % len(self._requests)])
         finally:
             if reusable:
                 self._idle.append((channel, stream))
@@ -221,13 +209,33 @@ class GrpcStreamTarget:
                 self._streams.discard(stream)
                 stream.cancel()
                 self._spare.append(channel)
-        return Outcome("grpc stream error" if failed else None)
+        return outcome
 
     async def aclose(self) -> None:
         for stream in self._streams:
             stream.cancel()
         for channel in self._channels:
             await channel.close()
+
+
+async def exchange(stream: Any, request: Any) -> tuple[Outcome, bool]:
+    """One request on a kept ``ModelStreamInfer`` stream, its answers read up to its final one: the
+    outcome, and whether the stream may carry the next request (not when it ended or failed
+    part-way: an answer may still be on its way, and must never be read as the next request's)."""
+    import grpc
+
+    failed = False
+    try:
+        await stream.write(request)
+        while True:
+            answer = await stream.read()
+            if answer is grpc.aio.EOF:  # the server ended the stream without answering
+                return Outcome("grpc stream ended"), False
+            failed = failed or bool(answer.error_message)
+            if is_final(answer):
+                return Outcome("grpc stream error" if failed else None), True
+    except grpc.aio.AioRpcError as exc:
+        return Outcome(f"grpc {exc.code().name}"), False
 
 
 def is_final(answer: Any) -> bool:

@@ -27,7 +27,7 @@ from tensorgate.bench.targets.grpc_v2 import (
     STATUS_NAMES,
     STREAM_METHOD,
     call_metadata,
-    is_final,
+    exchange,
     open_channel,
     stubs,
 )
@@ -77,27 +77,15 @@ class GrpcStreamSequences:
         return stream
 
     async def send(self, slot: int, variant: int, sequence_id: SequenceId, start: bool, end: bool) -> Outcome:
-        import grpc
-
         stream = self._stream(slot)
-        reusable = failed = False
+        reusable = False
         try:
-            await stream.write(self._chunks.message(variant, sequence_id, start, end))
-            while True:
-                answer = await stream.read()
-                if answer is grpc.aio.EOF:
-                    return Outcome("grpc stream ended")
-                failed = failed or bool(answer.error_message)
-                if is_final(answer):
-                    break
-            reusable = True
-        except grpc.aio.AioRpcError as exc:
-            return Outcome(f"grpc {exc.code().name}")
+            outcome, reusable = await exchange(stream, self._chunks.message(variant, sequence_id, start, end))
         finally:
             if not reusable:  # an answer may still be on its way: never read it as the next chunk's
                 stream.cancel()
                 self._streams[slot] = None
-        return Outcome("grpc stream error" if failed else None)
+        return outcome
 
     async def aclose(self) -> None:
         for stream in self._streams:
