@@ -49,10 +49,6 @@ CONTROL_KINDS = {
 }
 
 
-def _datatype(triton_type: str) -> DataType:
-    return triton_datatype(triton_type)
-
-
 @dataclass(frozen=True, slots=True)
 class Control:
     name: str
@@ -109,7 +105,7 @@ class SequenceSettings:
 def _control(name: str, control: Any) -> Control:
     kind = CONTROL_KINDS[control.kind]
     if kind == "corrid":
-        return Control(name, kind, _datatype(control.data_type))
+        return Control(name, kind, triton_datatype(control.data_type))
     if control.int32_false_true:
         return Control(name, kind, DataType.INT32, *control.int32_false_true)
     if control.fp32_false_true:
@@ -118,7 +114,7 @@ def _control(name: str, control: Any) -> Control:
 
 
 def _initial_state(state: Any, version_dir: Path | None) -> Array:
-    datatype = _datatype(state.data_type)
+    datatype = triton_datatype(state.data_type)
     if datatype is DataType.BYTES:
         raise ModelLoadError(f"state '{state.input_name}': BYTES state is not supported; use a numeric datatype")
     if not state.initial_state:
@@ -151,7 +147,7 @@ def sequence_settings(
     return SequenceSettings(
         controls=tuple(_control(c.name, c.control[0]) for c in config.control_input),
         states=tuple(
-            State(s.input_name, s.output_name, _datatype(s.data_type), _initial_state(s, version_dir))
+            State(s.input_name, s.output_name, triton_datatype(s.data_type), _initial_state(s, version_dir))
             for s in config.state
         ),
         direct=direct,
