@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import ssl
 from collections.abc import Callable
 from typing import Protocol, cast
 
+from tensorgate.protocols.accept_queue import take_queued
 from tensorgate.protocols.grpc.call import Call, CallConnection, CallSettings, CallStream, open_call
 from tensorgate.protocols.grpc.http2.connection import Http2Limits, Http2ServerConnection
 from tensorgate.protocols.grpc.http2.header_blocks import Headers
@@ -60,12 +59,6 @@ class _Native(Http2ServerConnection):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if _counted(self, transport):
             super().connection_made(transport)
-
-
-def _taken(task: asyncio.Task[object]) -> None:
-    """A connection taken at a pause that never became one (its TLS handshake failed): logged."""
-    if not task.cancelled() and task.exception() is not None:
-        log.debug("a connection taken at a pause failed: %s", task.exception())
 
 
 def _counted(conn: _Native, transport: asyncio.BaseTransport) -> bool:
@@ -140,26 +133,9 @@ class GrpcServer:
             self._server = await self._listen(self._port)
 
     def _take_queued(self, server: asyncio.Server) -> None:
-        loop = asyncio.get_running_loop()
-        for listening in server.sockets:
-            with socket.socket(fileno=os.dup(listening.fileno())) as sock:
-                sock.setblocking(False)
-                while True:
-                    try:
-                        conn, _ = sock.accept()
-                    except OSError:  # BlockingIOError: the queue is empty
-                        break
-                    conn.setblocking(False)
-                    if self._tls is None:
-                        made = loop.connect_accepted_socket(self._connection, conn)
-                    else:
-                        made = loop.connect_accepted_socket(
-                            self._connection, conn, ssl=self._tls, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S
-                        )
-                    task: asyncio.Task[object] = loop.create_task(made)
-                    self._queued.add(task)
-                    task.add_done_callback(self._queued.discard)
-                    task.add_done_callback(_taken)
+        for task in take_queued((server,), self._connection, self._tls, HANDSHAKE_TIMEOUT_S):
+            self._queued.add(task)
+            task.add_done_callback(self._queued.discard)
 
     def _connection(self) -> asyncio.Protocol:
         if self._max_connections is not None and len(self._connections) >= self._max_connections:

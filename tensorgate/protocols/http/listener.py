@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import ssl
 import urllib.parse
@@ -24,6 +23,7 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
+from tensorgate.protocols.accept_queue import take_queued
 from tensorgate.protocols.http.body import MAX_CHUNKS
 from tensorgate.protocols.http.disconnect import CONNECTION_EXTENSION, ConnectionWatch
 from tensorgate.protocols.http.security_headers import NOSNIFF_LINE
@@ -404,12 +404,6 @@ class _Protocol(HttpToolsProtocol):  # type: ignore[misc]
         self._arm(due)
 
 
-def _taken(task: asyncio.Task[Any]) -> None:
-    """A connection taken at shutdown that never became one (its TLS handshake failed): logged."""
-    if not task.cancelled() and task.exception() is not None:
-        log.debug("a connection taken at shutdown failed: %s", task.exception())
-
-
 class _Uvicorn(uvicorn.Server):  # type: ignore[misc]
     handshake_timeout_s = 10.0
 
@@ -429,7 +423,7 @@ class _Uvicorn(uvicorn.Server):  # type: ignore[misc]
             await asyncio.wait(taken, timeout=self.handshake_timeout_s)  # each connection is made (and counted)
         await super().shutdown(sockets)
 
-    def _take_queued(self) -> list[asyncio.Task[Any]]:
+    def _take_queued(self) -> list[asyncio.Task[object]]:
         config = self.config
         loop = asyncio.get_running_loop()
 
@@ -438,27 +432,7 @@ class _Uvicorn(uvicorn.Server):  # type: ignore[misc]
                 config=config, server_state=self.server_state, app_state=self.lifespan.state, _loop=loop
             )
 
-        taken: list[asyncio.Task[Any]] = []
-        for server in self.servers:
-            for listening in server.sockets:
-                with socket.socket(fileno=os.dup(listening.fileno())) as sock:
-                    sock.setblocking(False)
-                    while True:
-                        try:
-                            conn, _ = sock.accept()
-                        except OSError:  # BlockingIOError: the queue is empty
-                            break
-                        conn.setblocking(False)
-                        if config.ssl is None:
-                            made = loop.connect_accepted_socket(create_protocol, conn)
-                        else:
-                            made = loop.connect_accepted_socket(
-                                create_protocol, conn, ssl=config.ssl, ssl_handshake_timeout=self.handshake_timeout_s
-                            )
-                        task: asyncio.Task[Any] = loop.create_task(made)
-                        task.add_done_callback(_taken)
-                        taken.append(task)
-        return taken
+        return take_queued(self.servers, create_protocol, config.ssl, self.handshake_timeout_s)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's start on given sockets (lifespan off), but a TLS handshake gets the header timeout
