@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 from model_builders import metric, v2_body, wait_until, write_python_model
+from port_probe import refused, until_refused
 
 from tensorgate.testing import ServerProcess
 
@@ -36,22 +37,6 @@ def _start_slow_request(port: int) -> socket.socket:
     head = f"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(BODY)}\r\n\r\n".encode()
     sock.sendall(head + BODY[: len(BODY) // 2])
     return sock
-
-
-def _refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return True
-    return False
-
-
-def _until_refused(port: int, timeout_s: float) -> None:
-    """Wait, by connecting, until nothing listens on ``port`` (another process: nothing to wait on)."""
-    deadline = time.monotonic() + timeout_s
-    while not _refused(port):
-        assert time.monotonic() < deadline, f"port {port} still accepted connections after {timeout_s} s"
-        time.sleep(0.02)
 
 
 def test_sigterm_drains_then_exits_zero(example_repo: Path) -> None:
@@ -101,7 +86,7 @@ def test_sigterm_drains_then_exits_zero(example_repo: Path) -> None:
         early.sendall(BODY[len(BODY) // 2 :])
         assert _status_line(early) == 200
         early.close()
-        _until_refused(port, timeout_s=DRAIN_S + 5)  # the drain delay is over: the listener has closed
+        until_refused(port, timeout_s=DRAIN_S + 5)  # the drain delay is over: the listener has closed
         late.sendall(BODY[len(BODY) // 2 :])
         assert _status_line(late) == 200
         late.close()
@@ -113,7 +98,7 @@ def test_sigterm_drains_then_exits_zero(example_repo: Path) -> None:
         assert elapsed < DRAIN_S + 4
         assert not errors, errors[:3]
         assert statuses and set(statuses) == {200}
-        assert _refused(port)
+        assert refused(port)
         messages = [json.loads(line).get("message", "") for line in server.log_path.read_text().splitlines()]
         assert any("shutdown requested" in m for m in messages)
         assert any("server stopped" in m for m in messages)

@@ -19,6 +19,8 @@ import socket
 import time
 from pathlib import Path
 
+from port_probe import until_refused
+
 from tensorgate.protocols.http.listener import SHUTDOWN_FIRST_REQUEST_S
 from tensorgate.testing import ServerProcess
 
@@ -39,21 +41,6 @@ def _answer(sock: socket.socket) -> bytes:
     return data
 
 
-def _refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return True
-    return False
-
-
-def _until_refused(port: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not _refused(port):
-        assert time.monotonic() < deadline, f"port {port} still accepted connections after {timeout_s} s"
-        time.sleep(0.02)
-
-
 def test_connections_opened_before_the_port_closed_are_served(example_repo: Path) -> None:
     server = ServerProcess("--model-repository", str(example_repo), "--drain-delay", str(DRAIN_S))
     with server:
@@ -64,7 +51,7 @@ def test_connections_opened_before_the_port_closed_are_served(example_repo: Path
         split = request.index(b"Content-Length")
         halfway.sendall(request[:split])
         server.signal(signal.SIGTERM)
-        _until_refused(port, timeout_s=DRAIN_S + 10)  # the drain delay is over: the port has closed
+        until_refused(port, timeout_s=DRAIN_S + 10)  # the drain delay is over: the port has closed
         fresh.sendall(request)
         halfway.sendall(request[split:])
         for sock in (fresh, halfway):
